@@ -1,0 +1,48 @@
+"""Ring 1 of actorflow: pure, deterministic operator logic (no Ray, no Spark, no wall clock)."""
+
+from .async_function import AsyncFunction, CoroutineFunction, ResultFuture, as_async_function
+from .async_wait_operator import DEAD_LETTER, AsyncWaitOperator, DeadLetter, async_wait
+from .clock import Clock, ManualClock, SystemClock
+from .elements import CheckpointBarrier, Record, StreamElement, Watermark, WatermarkStatus
+from .errors import (
+    ActorflowError,
+    AsyncTimeoutError,
+    ConfigurationError,
+    JobFailedError,
+    MailboxClosedError,
+    MailboxStateError,
+    MailboxThreadError,
+    RecordError,
+    ResultTypeError,
+    SchemaError,
+    UserFunctionError,
+)
+from .harness import AsyncioCoroutineRunner, OperatorHarness
+from .mailbox import MAX_PRIORITY, MIN_PRIORITY, Mail, MailboxState, TaskMailbox
+from .mailbox_processor import DefaultActionController, MailboxExecutor, MailboxProcessor, Suspension
+from .operator import (
+    FilterOperator,
+    FlatMapOperator,
+    MapOperator,
+    OperatorChain,
+    OperatorContext,
+    OperatorMetrics,
+    Output,
+    StreamOperator,
+)
+from .retry import ExponentialBackoff, FixedDelay, NoRetry, RetryStrategy, any_exception, empty_result, exception_of_type
+from .timers import ManualProcessingTimeService, ProcessingTimeService, Timer, TimerHandle, TimerService
+
+__all__ = [
+    "ActorflowError", "AsyncFunction", "AsyncTimeoutError", "AsyncWaitOperator", "AsyncioCoroutineRunner",
+    "CheckpointBarrier", "Clock", "ConfigurationError", "CoroutineFunction", "DEAD_LETTER", "DeadLetter",
+    "DefaultActionController", "ExponentialBackoff", "FilterOperator", "FixedDelay", "FlatMapOperator",
+    "JobFailedError", "MAX_PRIORITY", "MIN_PRIORITY", "Mail", "MailboxClosedError", "MailboxExecutor",
+    "MailboxProcessor", "MailboxState", "MailboxStateError", "MailboxThreadError", "ManualClock",
+    "ManualProcessingTimeService", "MapOperator", "NoRetry", "OperatorChain", "OperatorContext",
+    "OperatorHarness", "OperatorMetrics", "Output", "ProcessingTimeService", "Record", "RecordError",
+    "ResultFuture", "ResultTypeError", "RetryStrategy", "SchemaError", "StreamElement", "StreamOperator",
+    "Suspension", "SystemClock", "TaskMailbox", "Timer", "TimerHandle", "TimerService", "UserFunctionError",
+    "Watermark", "WatermarkStatus", "any_exception", "as_async_function", "async_wait", "empty_result",
+    "exception_of_type",
+]

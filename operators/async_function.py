@@ -1,0 +1,151 @@
+"""The user's side of async I/O: ``AsyncFunction`` and ``ResultFuture``.
+
+A user function starts a request in ``async_invoke(value, result_future)`` and completes the
+future later, from any thread or coroutine, with a list of results or an exception. A plain
+``async def f(value) -> list`` is accepted too (``as_async_function`` wraps it).
+
+>>> class Double(AsyncFunction):
+...     def async_invoke(self, value, result_future):
+...         result_future.complete([value * 2])
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import Any, Callable, Sequence
+
+from .errors import AsyncTimeoutError, ConfigurationError, ResultTypeError, describe_value
+
+__all__ = ["AsyncFunction", "CoroutineFunction", "ResultFuture", "as_async_function"]
+
+
+class ResultFuture:
+    """The completion handle of one request. The first completion wins; later ones are ignored.
+
+    Threading model: ``complete`` and ``complete_exceptionally`` may be called from any thread;
+    the outcome is delivered to the operator as a mail.
+    """
+
+    __slots__ = ("_lock", "_done", "_deliver", "_cancel_hooks")
+
+    def __init__(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> None:
+        self._lock = threading.Lock()
+        self._done = False
+        self._deliver = deliver
+        self._cancel_hooks: list[Callable[[], None]] = []
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def complete(self, results: Sequence[Any]) -> None:
+        """Complete with a list (or tuple) of results; an empty list means "no output"."""
+        if isinstance(results, (str, bytes, dict)) or not isinstance(results, (list, tuple)):
+            self.complete_exceptionally(
+                ResultTypeError(f"ResultFuture.complete() needs a list of results, got {type(results).__name__}: {describe_value(results)}")
+            )
+            return
+        if self._claim():
+            self._deliver(list(results), None)
+
+    def complete_exceptionally(self, error: BaseException) -> None:
+        if not isinstance(error, BaseException):
+            error = ResultTypeError(f"complete_exceptionally() needs an exception, got {type(error).__name__}")
+        if self._claim():
+            self._deliver(None, error)
+
+    def add_cancel_hook(self, hook: Callable[[], None]) -> None:
+        """Called when the operator abandons this attempt (its deadline passed)."""
+        self._cancel_hooks.append(hook)
+
+    def abandon(self) -> None:
+        """Stop listening for this attempt, and cancel the work behind it if possible."""
+        with self._lock:
+            self._done = True
+        for hook in self._cancel_hooks:
+            hook()
+        self._cancel_hooks.clear()
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            return True
+
+
+class AsyncFunction:
+    """A request per element, completed through its ``ResultFuture``.
+
+    ``open`` gets the operator's context (its ``coroutine_runner`` among others) once before the
+    first element; ``close`` runs at the end. ``timeout`` runs when an element's deadline passes;
+    by default the element fails with ``AsyncTimeoutError``. Override it to complete the future
+    with a fallback instead.
+    """
+
+    def open(self, context: Any) -> None:
+        pass
+
+    def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
+        raise NotImplementedError
+
+    def timeout(self, value: Any, result_future: ResultFuture) -> None:
+        result_future.complete_exceptionally(
+            AsyncTimeoutError(f"async request timed out for record {describe_value(value)}", value=value)
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class CoroutineFunction(AsyncFunction):
+    """Runs ``async def fn(value) -> list`` on the operator's coroutine runner.
+
+    A timeout cancels the coroutine of the abandoned attempt, so a hanging service does not keep
+    a request slot. ``timeout_fallback``, if given, is called with the value and its return
+    (a list) is the fallback result.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        timeout_fallback: Callable[[Any], Sequence[Any]] | None = None,
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn) and not inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+            raise ConfigurationError(f"expected an async def function, got {describe_value(fn)}")
+        self.fn = fn
+        self.timeout_fallback = timeout_fallback
+        self._runner: Any = None
+
+    def open(self, context: Any) -> None:
+        runner = getattr(context, "coroutine_runner", None)
+        if runner is None:
+            raise ConfigurationError("an async def function needs a coroutine runner in the operator context, got none")
+        self._runner = runner
+
+    def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
+        def on_done(result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                result_future.complete_exceptionally(error)
+            else:
+                result_future.complete(result)
+
+        cancel = self._runner.submit(self.fn(value), on_done)
+        result_future.add_cancel_hook(cancel)
+
+    def timeout(self, value: Any, result_future: ResultFuture) -> None:
+        if self.timeout_fallback is None:
+            super().timeout(value, result_future)
+        else:
+            result_future.complete(self.timeout_fallback(value))
+
+
+def as_async_function(fn: AsyncFunction | Callable[[Any], Any]) -> AsyncFunction:
+    """Accept an ``AsyncFunction`` as is, and wrap an ``async def`` in a ``CoroutineFunction``."""
+    if isinstance(fn, AsyncFunction):
+        return fn
+    if callable(fn):
+        return CoroutineFunction(fn)
+    raise ConfigurationError(f"expected an AsyncFunction or an async def function, got {type(fn).__name__}")

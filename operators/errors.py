@@ -1,0 +1,107 @@
+"""The exceptions of actorflow.
+
+Every error the project raises derives from ``ActorflowError``::
+
+    ActorflowError
+    ├── ConfigurationError        (also a ValueError) a bad argument, caught at construction
+    ├── MailboxStateError         an operation the mailbox's lifecycle state does not allow
+    │   └── MailboxClosedError    put() after quiesce()/close()
+    ├── MailboxThreadError        a mailbox-thread-only method called from another thread
+    ├── RecordError               one record could not be processed; names the operator and record
+    │   ├── AsyncTimeoutError     an async request ran past its deadline
+    │   ├── UserFunctionError     a user function raised
+    │   └── ResultTypeError       a user function returned something of the wrong type or shape
+    ├── SchemaError               data that does not match the declared schema (null event time, ...)
+    └── JobFailedError            a job stopped because one of its operators failed
+
+Messages say what was wrong, what was expected, and what was got.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ActorflowError",
+    "AsyncTimeoutError",
+    "ConfigurationError",
+    "JobFailedError",
+    "MailboxClosedError",
+    "MailboxStateError",
+    "MailboxThreadError",
+    "RecordError",
+    "ResultTypeError",
+    "SchemaError",
+    "UserFunctionError",
+    "describe_value",
+]
+
+
+def describe_value(value: Any, limit: int = 200) -> str:
+    """A bounded ``repr`` for error messages, so a huge record cannot flood a log."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ActorflowError(Exception):
+    """The base of every error actorflow raises."""
+
+
+class ConfigurationError(ActorflowError, ValueError):
+    """An argument that cannot work, rejected when the object is built."""
+
+
+class MailboxStateError(ActorflowError):
+    """The mailbox's lifecycle state does not allow the operation."""
+
+
+class MailboxClosedError(MailboxStateError):
+    """A mail was offered to a mailbox that no longer accepts mails."""
+
+
+class MailboxThreadError(ActorflowError):
+    """A mailbox-thread-only operation was called from another thread."""
+
+
+class RecordError(ActorflowError):
+    """Processing of one record failed.
+
+    ``operator`` names the operator, ``value`` and ``timestamp_ms`` identify the record, and
+    ``__cause__`` holds the original exception when there is one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operator: str | None = None,
+        value: Any = None,
+        timestamp_ms: int | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        where = f"{operator}: " if operator else ""
+        super().__init__(f"{where}{message}")
+        self.operator = operator
+        self.value = value
+        self.timestamp_ms = timestamp_ms
+        self.attempts = attempts
+
+
+class AsyncTimeoutError(RecordError, TimeoutError):
+    """An async request had no result before its deadline."""
+
+
+class UserFunctionError(RecordError):
+    """A user function raised; the original exception is the ``__cause__``."""
+
+
+class ResultTypeError(RecordError, TypeError):
+    """A user function returned a value of the wrong type or shape."""
+
+
+class SchemaError(ActorflowError, ValueError):
+    """Data that does not fit the declared schema."""
+
+
+class JobFailedError(ActorflowError):
+    """A job stopped because an operator failed; the operator's error is the ``__cause__``."""

@@ -1,0 +1,284 @@
+"""The mailbox loop: mails and the operator's default action, on one thread.
+
+``MailboxProcessor`` alternates between the mails in the mailbox and a *default action* (for an
+operator: process the next input). ``MailboxExecutor`` is the handle other code uses to put mails
+and to yield.
+
+Threading model
+    * ``run_mailbox_loop``, ``run_mailbox_loop_async``, ``step``, ``run_until_idle``, ``close``
+      and ``quiesce`` run on the mailbox thread.
+    * ``suspend``, ``all_actions_completed``, ``report_throwable``, a suspension's ``resume`` and
+      ``MailboxExecutor.execute`` may be called from any thread: they travel as (urgent) mails.
+    * ``MailboxExecutor.yield_`` and ``try_yield`` run on the mailbox thread, inside a mail or
+      the default action.
+
+Lifecycle
+    The loop runs until ``all_actions_completed()`` or ``suspend()``; a suspended loop can run
+    again. ``close()`` closes the mailbox and returns the mails that never ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from .errors import ActorflowError, MailboxThreadError
+from .mailbox import MAX_PRIORITY, MIN_PRIORITY, Mail, TaskMailbox
+
+__all__ = ["DefaultActionController", "MailboxExecutor", "MailboxProcessor", "Suspension"]
+
+
+class MailboxExecutor:
+    """Puts mails of one priority, and runs other mails while waiting (``yield_``).
+
+    An executor of priority ``p`` never runs a mail of lower priority in its yields, and never a
+    deferrable one.
+
+    >>> mb = TaskMailbox(); ex = MailboxExecutor(mb, priority=0)
+    >>> seen = []
+    >>> ex.execute(seen.append, "record a", "a")
+    >>> ex.try_yield(), seen
+    (True, ['a'])
+    """
+
+    def __init__(self, mailbox: TaskMailbox, priority: int = 0) -> None:
+        self._mailbox = mailbox
+        self.priority = priority
+
+    def execute(
+        self, action: Callable[..., Any], description: str = "", *args: Any, deferrable: bool = False
+    ) -> None:
+        """Run ``action(*args)`` later, on the mailbox thread. Callable from any thread."""
+        self._mailbox.put(Mail(action, self.priority, description, args, deferrable))
+
+    def yield_(self) -> None:
+        """Run the next eligible mail, waiting for one to arrive. Mailbox thread only."""
+        mail = self._mailbox.take(self.priority, include_deferrable=False)
+        if mail is not None:
+            mail.run()
+
+    def try_yield(self) -> bool:
+        """Run the next eligible mail if there is one; True if a mail ran."""
+        mail = self._mailbox.try_take(self.priority, include_deferrable=False)
+        if mail is None:
+            return False
+        mail.run()
+        return True
+
+    def is_mailbox_thread(self) -> bool:
+        return self._mailbox.is_mailbox_thread()
+
+
+class Suspension:
+    """A suspended default action; ``resume()`` (from any thread) makes it run again."""
+
+    def __init__(self, processor: "MailboxProcessor") -> None:
+        self._processor = processor
+
+    def resume(self) -> None:
+        processor = self._processor
+        if processor.mailbox.is_mailbox_thread():
+            processor._resume(self)
+        else:
+            processor._send_control_mail(lambda: processor._resume(self), "resume default action")
+
+
+class DefaultActionController:
+    """What the default action may do to the loop that calls it."""
+
+    def __init__(self, processor: "MailboxProcessor") -> None:
+        self._processor = processor
+
+    def suspend_default_action(self) -> Suspension:
+        """Stop calling the default action until the returned suspension is resumed."""
+        return self._processor._suspend_default_action()
+
+    def all_actions_completed(self) -> None:
+        self._processor.all_actions_completed()
+
+
+class MailboxProcessor:
+    """Flink's ``MailboxProcessor``: runs mails and the default action on one thread.
+
+    Each round takes a *batch* of mails first and runs it, then calls the default action once.
+    While the default action is suspended, the loop waits for mails without spinning.
+
+    >>> inputs = [1, 2]; out = []
+    >>> def default_action(ctl):
+    ...     if inputs: out.append(inputs.pop(0))
+    ...     else: ctl.all_actions_completed()
+    >>> MailboxProcessor(default_action).run_mailbox_loop(); out
+    [1, 2]
+    """
+
+    def __init__(
+        self,
+        default_action: Callable[[DefaultActionController], None],
+        mailbox: TaskMailbox | None = None,
+    ) -> None:
+        self.mailbox = mailbox if mailbox is not None else TaskMailbox()
+        self._default_action = default_action
+        self._controller = DefaultActionController(self)
+        self._suspension: Suspension | None = None
+        self._loop_running = True
+        self._completed = False
+        self._control = MailboxExecutor(self.mailbox, MAX_PRIORITY)
+
+    # ------------------------------------------------------------------ executors
+
+    def executor(self, priority: int = 0) -> MailboxExecutor:
+        return MailboxExecutor(self.mailbox, priority)
+
+    # ---------------------------------------------------------------- any thread
+
+    def suspend(self) -> None:
+        """Leave the loop after the current mail (the loop may run again later)."""
+        self._send_control_mail(self._stop_loop, "suspend mailbox loop")
+
+    def all_actions_completed(self) -> None:
+        """The default action has nothing more to do: end the loop for good."""
+        def complete() -> None:
+            self._completed = True
+            self._loop_running = False
+
+        if self.mailbox.is_mailbox_thread():
+            complete()
+        else:
+            self._send_control_mail(complete, "all actions completed")
+
+    def report_throwable(self, error: BaseException) -> None:
+        """Rethrow ``error`` on the mailbox thread (for failures seen on other threads)."""
+        def rethrow() -> None:
+            raise error
+
+        self._send_control_mail(rethrow, f"report {type(error).__name__}")
+
+    # -------------------------------------------------------------- mailbox thread
+
+    @property
+    def is_default_action_available(self) -> bool:
+        return self._suspension is None
+
+    @property
+    def is_completed(self) -> bool:
+        return self._completed
+
+    def run_mailbox_loop(self) -> None:
+        """Run on the calling thread until all actions complete or the loop is suspended."""
+        self._check_thread("run_mailbox_loop")
+        self._loop_running = not self._completed
+        while self._process_mail():
+            self._default_action(self._controller)
+
+    async def run_mailbox_loop_async(self, *, rounds_per_yield: int = 1) -> None:
+        """The same loop on an asyncio event loop, which it shares with coroutines.
+
+        The mailbox must be bound to the loop's thread. The loop gives way to the event loop
+        after every ``rounds_per_yield`` rounds, and awaits a put instead of blocking when
+        there is nothing to run, so coroutines on the same loop keep running.
+        """
+        self._check_thread("run_mailbox_loop_async")
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def on_put() -> None:
+            if self.mailbox.is_mailbox_thread():
+                wake.set()
+            else:
+                loop.call_soon_threadsafe(wake.set)
+
+        self.mailbox.add_listener(on_put)
+        self._loop_running = not self._completed
+        rounds = 0
+        while self._loop_running:
+            # Run the batch; then, while the default action is suspended, wait for mails.
+            if self.mailbox.create_batch():
+                while self._loop_running:
+                    mail = self.mailbox.try_take_from_batch()
+                    if mail is None:
+                        break
+                    mail.run()
+            if not self._loop_running:
+                break
+            if self._suspension is not None:
+                if not self.mailbox.has_mail():
+                    wake.clear()
+                    if not self.mailbox.has_mail():
+                        await wake.wait()
+                continue
+            self._default_action(self._controller)
+            rounds += 1
+            if rounds >= rounds_per_yield:
+                rounds = 0
+                await asyncio.sleep(0)
+
+    def step(self) -> bool:
+        """Run one mail, or else one default action. False when there is nothing to do."""
+        self._check_thread("step")
+        if self._completed:
+            return False
+        mail = self.mailbox.try_take()
+        if mail is not None:
+            mail.run()
+            return True
+        if self._suspension is None:
+            self._default_action(self._controller)
+            return True
+        return False
+
+    def run_until_idle(self, max_steps: int = 1_000_000) -> int:
+        """Step until no mail is left and the default action is suspended; returns the steps."""
+        for steps in range(max_steps):
+            if not self.step():
+                return steps
+        raise ActorflowError(
+            f"the mailbox was not idle after {max_steps} steps; a default action must suspend itself "
+            "when it has no input"
+        )
+
+    def quiesce(self) -> None:
+        self.mailbox.quiesce()
+
+    def close(self) -> list[Mail]:
+        """Close the mailbox; returns the mails that never ran."""
+        self._loop_running = False
+        return self.mailbox.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _process_mail(self) -> bool:
+        """Run one batch, then wait out a suspended default action. False ends the loop."""
+        if self.mailbox.create_batch():
+            while self._loop_running:
+                mail = self.mailbox.try_take_from_batch()
+                if mail is None:
+                    break
+                mail.run()
+        while self._loop_running and self._suspension is not None:
+            mail = self.mailbox.take(MIN_PRIORITY)
+            if mail is None:  # closed while waiting
+                return False
+            mail.run()
+        return self._loop_running
+
+    def _suspend_default_action(self) -> Suspension:
+        self._check_thread("suspend_default_action")
+        if self._suspension is None:
+            self._suspension = Suspension(self)
+        return self._suspension
+
+    def _resume(self, suspension: Suspension) -> None:
+        if self._suspension is suspension:
+            self._suspension = None
+            # An asyncio loop may be waiting for a put; a resume from a coroutine is not one.
+            self.mailbox.wake()
+
+    def _stop_loop(self) -> None:
+        self._loop_running = False
+
+    def _send_control_mail(self, action: Callable[[], None], description: str) -> None:
+        self.mailbox.put_first(Mail(action, MAX_PRIORITY, description))
+
+    def _check_thread(self, what: str) -> None:
+        if not self.mailbox.is_mailbox_thread():
+            raise MailboxThreadError(f"{what}() is for the mailbox thread only")

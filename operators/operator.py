@@ -1,0 +1,280 @@
+"""The operator contract, the context an operator runs in, and operator chains.
+
+An operator receives elements on the mailbox thread and writes to an ``Output``. The host (the
+test harness, or a Ray actor) feeds it from its default action and runs its mails.
+
+Threading model: every method of an operator runs on the mailbox thread.
+
+Lifecycle of an operator::
+
+    setup(context, output) → initialize_state(state or None) → open()
+      → process_* ... → end_input() → (is_drained() becomes True) → close()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from .clock import Clock
+from .elements import Record, Watermark, WatermarkStatus
+from .errors import ConfigurationError, UserFunctionError, describe_value
+from .mailbox_processor import MailboxExecutor
+from .timers import ProcessingTimeService
+
+__all__ = [
+    "CoroutineRunner",
+    "FilterOperator",
+    "FlatMapOperator",
+    "MapOperator",
+    "OperatorChain",
+    "OperatorContext",
+    "OperatorMetrics",
+    "Output",
+    "StreamOperator",
+]
+
+
+class Output(Protocol):
+    """Where an operator writes: the main output and named side outputs."""
+
+    def collect(self, record: Record) -> None: ...
+
+    def emit_watermark(self, watermark: Watermark) -> None: ...
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None: ...
+
+    def collect_side(self, tag: str, value: Any) -> None: ...
+
+
+class CoroutineRunner(Protocol):
+    """Runs coroutines for ``async def`` user functions.
+
+    ``submit`` starts ``coro`` and calls ``on_done(result, error)`` on the mailbox thread's event
+    loop when it ends; it returns a callable that cancels it.
+    """
+
+    def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]: ...
+
+
+@dataclass
+class OperatorMetrics:
+    """Counters an operator keeps; the Ray actor exports them."""
+
+    records_in: int = 0
+    records_out: int = 0
+    retries: int = 0
+    timeouts: int = 0
+    failures: int = 0
+    dead_letters: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class OperatorContext:
+    """Everything an operator may use besides its output."""
+
+    name: str
+    mailbox_executor: MailboxExecutor
+    processing_time: ProcessingTimeService
+    clock: Clock
+    coroutine_runner: CoroutineRunner | None = None
+    subtask_index: int = 0
+    parallelism: int = 1
+    #: Called by an operator when it can take input again, or has drained after end_input.
+    signal_progress: Callable[[], None] = lambda: None
+
+
+class StreamOperator:
+    """The base of every operator; the defaults forward elements unchanged."""
+
+    name: str = "operator"
+
+    def setup(self, context: OperatorContext, output: Output) -> None:
+        self.context = context
+        self.output = output
+        self.metrics = OperatorMetrics()
+
+    def initialize_state(self, state: Any | None) -> None:
+        """Restore from ``state`` (from ``snapshot_state``), or start fresh when it is None."""
+
+    def open(self) -> None:
+        pass
+
+    def process_element(self, record: Record) -> None:
+        self.output.collect(record)
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        self.output.emit_watermark(watermark)
+
+    def process_watermark_status(self, status: WatermarkStatus) -> None:
+        self.output.emit_watermark_status(status)
+
+    def snapshot_state(self) -> Any | None:
+        return None
+
+    def end_input(self) -> None:
+        pass
+
+    def is_blocked(self) -> bool:
+        """True while the operator cannot take another element (its queue is full)."""
+        return False
+
+    def is_drained(self) -> bool:
+        """True when nothing is left in flight (checked after ``end_input``)."""
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class _FunctionOperator(StreamOperator):
+    def __init__(self, fn: Callable[[Any], Any], name: str | None = None) -> None:
+        if not callable(fn):
+            raise ConfigurationError(f"expected a callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", type(self).__name__)
+
+    def _call(self, record: Record) -> Any:
+        try:
+            return self.fn(record.value)
+        except Exception as error:
+            raise UserFunctionError(
+                f"user function raised {type(error).__name__}: {error} on record "
+                f"{describe_value(record.value)} (timestamp_ms={record.timestamp_ms})",
+                operator=self.context.name,
+                value=record.value,
+                timestamp_ms=record.timestamp_ms,
+            ) from error
+
+
+class MapOperator(_FunctionOperator):
+    """One output per input: ``fn(value)``, at the input's timestamp."""
+
+    def process_element(self, record: Record) -> None:
+        self.metrics.records_in += 1
+        self.output.collect(Record(self._call(record), record.timestamp_ms))
+        self.metrics.records_out += 1
+
+
+class FilterOperator(_FunctionOperator):
+    """Keeps the records for which ``fn(value)`` is true."""
+
+    def process_element(self, record: Record) -> None:
+        self.metrics.records_in += 1
+        if self._call(record):
+            self.output.collect(record)
+            self.metrics.records_out += 1
+
+
+class FlatMapOperator(_FunctionOperator):
+    """Zero or more outputs per input: the items of ``fn(value)``."""
+
+    def process_element(self, record: Record) -> None:
+        self.metrics.records_in += 1
+        for value in self._call(record):
+            self.output.collect(Record(value, record.timestamp_ms))
+            self.metrics.records_out += 1
+
+
+class _ChainingOutput:
+    """Hands one operator's output straight to the next operator of the chain."""
+
+    def __init__(self, next_operator: StreamOperator, chain_output: Output) -> None:
+        self._next = next_operator
+        self._chain_output = chain_output
+
+    def collect(self, record: Record) -> None:
+        self._next.process_element(record)
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        self._next.process_watermark(watermark)
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
+        self._next.process_watermark_status(status)
+
+    def collect_side(self, tag: str, value: Any) -> None:
+        self._chain_output.collect_side(tag, value)
+
+
+class OperatorChain:
+    """Operators that run one after the other in one mailbox, without copying between them.
+
+    End of input travels down the chain: an operator gets ``end_input`` once every operator
+    before it has drained, so an async operator's last results still reach the next one.
+    """
+
+    def __init__(self, operators: Sequence[StreamOperator]) -> None:
+        if not operators:
+            raise ConfigurationError("an operator chain needs at least one operator, got none")
+        self.operators = list(operators)
+        self._ended = 0  # operators that got end_input
+        self._ending = False
+
+    @property
+    def name(self) -> str:
+        return " -> ".join(op.name for op in self.operators)
+
+    @property
+    def head(self) -> StreamOperator:
+        return self.operators[0]
+
+    def setup(self, context_for: Callable[[int, StreamOperator], OperatorContext], output: Output) -> None:
+        downstream: Output = output
+        for i in range(len(self.operators) - 1, -1, -1):
+            op = self.operators[i]
+            op.setup(context_for(i, op), downstream)
+            downstream = _ChainingOutput(op, output)
+
+    def initialize_state(self, state: list[Any] | None) -> None:
+        if state is not None and len(state) != len(self.operators):
+            raise ConfigurationError(
+                f"snapshot holds state for {len(state)} operators, but the chain has {len(self.operators)}"
+            )
+        for i, op in enumerate(self.operators):
+            op.initialize_state(None if state is None else state[i])
+
+    def open(self) -> None:
+        # Open from the tail, so that an operator can emit into opened successors.
+        for op in reversed(self.operators):
+            op.open()
+
+    def snapshot_state(self) -> list[Any]:
+        return [op.snapshot_state() for op in self.operators]
+
+    def process_element(self, record: Record) -> None:
+        self.head.process_element(record)
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        self.head.process_watermark(watermark)
+
+    def process_watermark_status(self, status: WatermarkStatus) -> None:
+        self.head.process_watermark_status(status)
+
+    def is_blocked(self) -> bool:
+        return any(op.is_blocked() for op in self.operators)
+
+    def end_input(self) -> None:
+        self._ending = True
+        self.advance_end_of_input()
+
+    def advance_end_of_input(self) -> bool:
+        """Pass end of input on as far as drained operators allow; True once all have drained."""
+        if not self._ending:
+            return False
+        while self._ended < len(self.operators):
+            op = self.operators[self._ended]
+            if self._ended == 0 or self.operators[self._ended - 1].is_drained():
+                self._ended += 1
+                op.end_input()
+            else:
+                return False
+        return self.operators[-1].is_drained()
+
+    @property
+    def is_finished(self) -> bool:
+        return self._ending and self._ended == len(self.operators) and all(op.is_drained() for op in self.operators)
+
+    def close(self) -> None:
+        for op in self.operators:
+            op.close()

@@ -1,0 +1,47 @@
+"""Queue entries shared by the ordered and unordered queues of the async operator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .elements import Record, Watermark
+
+__all__ = ["QueueEntry", "RecordEntry", "WatermarkEntry"]
+
+
+class QueueEntry:
+    """An element in the async queue; ``done`` once its outcome is known."""
+
+    __slots__ = ("done", "segment")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.segment: Any = None
+
+
+class RecordEntry(QueueEntry):
+    """A record whose request is in flight (or finished but not yet emitted).
+
+    ``kind`` is one of ``result``, ``fallback`` or ``failure``; ``payload`` holds the result list
+    or the exception.
+    """
+
+    __slots__ = ("record", "handler", "kind", "payload")
+
+    def __init__(self, record: Record) -> None:
+        super().__init__()
+        self.record = record
+        self.handler: Any = None
+        self.kind: str | None = None
+        self.payload: Any = None
+
+
+class WatermarkEntry(QueueEntry):
+    """A watermark: complete from the start, emitted when its turn comes."""
+
+    __slots__ = ("watermark",)
+
+    def __init__(self, watermark: Watermark) -> None:
+        super().__init__()
+        self.watermark = watermark
+        self.done = True

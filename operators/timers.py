@@ -1,0 +1,216 @@
+"""Processing-time scheduling and the timer service of keyed operators.
+
+``ProcessingTimeService`` schedules callbacks at a processing time; implementations deliver
+them as mails, so callbacks run on the mailbox thread. ``ManualProcessingTimeService`` does so
+when a test advances its ``ManualClock``; the Ray actor has one driven by its event loop.
+
+``TimerService`` holds event-time and processing-time timers of ``(timestamp_ms, key,
+namespace)``, keeps one of each, and fires them through a ``Triggerable``: event-time timers when
+the watermark passes them, processing-time timers from the ``ProcessingTimeService``.
+
+Threading model: everything here runs on the mailbox thread, except that a
+``ManualProcessingTimeService`` is advanced by the test (which is the mailbox thread there).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Protocol
+
+from .clock import Clock, ManualClock
+from .errors import ConfigurationError
+from .mailbox_processor import MailboxExecutor
+
+__all__ = [
+    "ManualProcessingTimeService",
+    "ProcessingTimeService",
+    "Timer",
+    "TimerHandle",
+    "TimerService",
+    "Triggerable",
+]
+
+
+class TimerHandle:
+    """A scheduled callback; ``cancel()`` makes sure it will not run."""
+
+    __slots__ = ("cancelled", "timestamp_ms")
+
+    def __init__(self, timestamp_ms: int) -> None:
+        self.timestamp_ms = timestamp_ms
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ProcessingTimeService(Protocol):
+    """Runs callbacks at a processing time, on the mailbox thread."""
+
+    def now_ms(self) -> int: ...
+
+    def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle: ...
+
+
+class ManualProcessingTimeService:
+    """Processing time under a test's control.
+
+    Timers that fall due when the clock advances are put in the mailbox, in timestamp order, as
+    mails; the test runs them (the harness does so itself).
+    """
+
+    def __init__(self, clock: ManualClock, executor: MailboxExecutor) -> None:
+        self._clock = clock
+        self._executor = executor
+        self._heap: list[tuple[int, int, TimerHandle, Callable[[int], None]]] = []
+        self._seq = itertools.count()
+
+    def now_ms(self) -> int:
+        return self._clock.now_ms()
+
+    def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
+        handle = TimerHandle(timestamp_ms)
+        heapq.heappush(self._heap, (timestamp_ms, next(self._seq), handle, callback))
+        if timestamp_ms <= self._clock.now_ms():
+            self._fire_due()
+        return handle
+
+    def advance_to(self, timestamp_ms: int) -> None:
+        self._clock.advance_to(timestamp_ms)
+        self._fire_due()
+
+    def pending(self) -> int:
+        return sum(1 for _, _, h, _ in self._heap if not h.cancelled)
+
+    def _fire_due(self) -> None:
+        now = self._clock.now_ms()
+        while self._heap and self._heap[0][0] <= now:
+            ts, _, handle, callback = heapq.heappop(self._heap)
+            if not handle.cancelled:
+                self._executor.execute(_run_timer, f"processing timer @{ts}", handle, callback)
+
+
+def _run_timer(handle: TimerHandle, callback: Callable[[int], None]) -> None:
+    # Cancelled after it was put in the mailbox but before it ran: it must not run.
+    if not handle.cancelled:
+        callback(handle.timestamp_ms)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Timer:
+    timestamp_ms: int
+    key: Any = None
+    namespace: Any = None
+
+
+class Triggerable(Protocol):
+    def on_event_time(self, timer: Timer) -> None: ...
+
+    def on_processing_time(self, timer: Timer) -> None: ...
+
+
+class TimerService:
+    """Event-time and processing-time timers, deduplicated and deletable.
+
+    >>> fired = []
+    >>> class T:
+    ...     def on_event_time(self, t): fired.append(t.timestamp_ms)
+    ...     def on_processing_time(self, t): pass
+    >>> ts = TimerService(T(), processing_time=None)
+    >>> ts.register_event_time_timer(10, "k"); ts.register_event_time_timer(10, "k")
+    >>> ts.advance_watermark(10); fired
+    [10]
+    """
+
+    def __init__(self, triggerable: Triggerable, processing_time: ProcessingTimeService | None) -> None:
+        self._triggerable = triggerable
+        self._processing_time = processing_time
+        self._event: set[Timer] = set()
+        self._event_heap: list[tuple[int, int, Timer]] = []
+        self._proc: set[Timer] = set()
+        self._proc_heap: list[tuple[int, int, Timer]] = []
+        self._seq = itertools.count()
+        self._scheduled: TimerHandle | None = None
+        self.current_watermark_ms: int | None = None
+
+    # ------------------------------------------------------------------ event time
+
+    def register_event_time_timer(self, timestamp_ms: int, key: Hashable = None, namespace: Hashable = None) -> None:
+        timer = Timer(int(timestamp_ms), key, namespace)
+        if timer not in self._event:
+            self._event.add(timer)
+            heapq.heappush(self._event_heap, (timer.timestamp_ms, next(self._seq), timer))
+
+    def delete_event_time_timer(self, timestamp_ms: int, key: Hashable = None, namespace: Hashable = None) -> None:
+        self._event.discard(Timer(int(timestamp_ms), key, namespace))
+
+    def advance_watermark(self, timestamp_ms: int) -> None:
+        """Fire, in timestamp order, every event-time timer at or before ``timestamp_ms``."""
+        self.current_watermark_ms = timestamp_ms
+        heap = self._event_heap
+        while heap and heap[0][0] <= timestamp_ms:
+            _, _, timer = heapq.heappop(heap)
+            if timer in self._event:
+                self._event.discard(timer)
+                self._triggerable.on_event_time(timer)
+
+    # ------------------------------------------------------------- processing time
+
+    def register_processing_time_timer(
+        self, timestamp_ms: int, key: Hashable = None, namespace: Hashable = None
+    ) -> None:
+        if self._processing_time is None:
+            raise ConfigurationError("this timer service has no processing-time service")
+        timer = Timer(int(timestamp_ms), key, namespace)
+        if timer in self._proc:
+            return
+        self._proc.add(timer)
+        heapq.heappush(self._proc_heap, (timer.timestamp_ms, next(self._seq), timer))
+        # One underlying timer, always for the earliest registered timestamp.
+        if self._scheduled is None or timer.timestamp_ms < self._scheduled.timestamp_ms:
+            if self._scheduled is not None:
+                self._scheduled.cancel()
+            self._scheduled = self._processing_time.register_timer(timer.timestamp_ms, self._on_processing_time)
+
+    def delete_processing_time_timer(
+        self, timestamp_ms: int, key: Hashable = None, namespace: Hashable = None
+    ) -> None:
+        self._proc.discard(Timer(int(timestamp_ms), key, namespace))
+
+    def _on_processing_time(self, now_ms: int) -> None:
+        self._scheduled = None
+        now = self._processing_time.now_ms() if self._processing_time is not None else now_ms
+        heap = self._proc_heap
+        while heap and heap[0][0] <= now:
+            _, _, timer = heapq.heappop(heap)
+            if timer in self._proc:
+                self._proc.discard(timer)
+                self._triggerable.on_processing_time(timer)
+        while heap and heap[0][2] not in self._proc:
+            heapq.heappop(heap)
+        if heap and self._processing_time is not None:
+            self._scheduled = self._processing_time.register_timer(heap[0][0], self._on_processing_time)
+
+    # -------------------------------------------------------------------- state
+
+    def event_time_timers(self) -> list[Timer]:
+        return sorted(self._event)
+
+    def processing_time_timers(self) -> list[Timer]:
+        return sorted(self._proc, key=lambda t: t.timestamp_ms)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "event": [(t.timestamp_ms, t.key, t.namespace) for t in self.event_time_timers()],
+            "processing": [(t.timestamp_ms, t.key, t.namespace) for t in self.processing_time_timers()],
+            "watermark": self.current_watermark_ms,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        for ts, key, ns in state["event"]:
+            self.register_event_time_timer(ts, key, ns)
+        for ts, key, ns in state["processing"]:
+            self.register_processing_time_timer(ts, key, ns)
+        self.current_watermark_ms = state["watermark"]

@@ -1,0 +1,190 @@
+"""Async I/O: ordered and unordered output, watermarks, capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from operators import (
+    ConfigurationError,
+    MapOperator,
+    OperatorHarness,
+    Record,
+    Watermark,
+    async_wait,
+)
+
+from .scripted import Immediate, Scripted
+
+
+def test_ordered_output_follows_input_order_whatever_the_completion_order():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, mode="ordered", capacity=10))
+    for v, ts in [("a", 1), ("b", 2), ("c", 3)]:
+        h.process_element(v, timestamp_ms=ts)
+    fn.complete("c")
+    fn.complete("b")
+    assert h.output == []  # "a" still blocks the head
+    fn.complete("a")
+    h.run_until_idle()
+    assert h.output == [Record("a", 1), Record("b", 2), Record("c", 3)]
+
+
+def test_ordered_watermark_waits_for_the_records_before_it():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, mode="ordered", capacity=10))
+    h.process_element(1, timestamp_ms=1)
+    h.process_element(2, timestamp_ms=2)
+    h.process_watermark(2)
+    h.process_element(3, timestamp_ms=3)
+    fn.complete(3, [6])
+    fn.complete(2, [4])
+    h.run_until_idle()
+    assert h.output == []
+    fn.complete(1, [2])
+    h.run_until_idle()
+    assert h.output == [Record(2, 1), Record(4, 2), Watermark(2), Record(6, 3)]
+
+
+def test_unordered_output_follows_completion_order_within_a_segment():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, mode="unordered", capacity=10))
+    h.process_element("a", timestamp_ms=1)
+    h.process_element("b", timestamp_ms=2)
+    fn.complete("b")
+    h.run_until_idle()
+    assert h.output == [Record("b", 2)]
+    fn.complete("a")
+    h.run_until_idle()
+    assert h.output == [Record("b", 2), Record("a", 1)]
+
+
+def test_unordered_record_never_overtakes_a_watermark_and_vice_versa():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, mode="unordered", capacity=10))
+    h.process_element("a", timestamp_ms=1)
+    h.process_watermark(5)
+    h.process_element("b", timestamp_ms=6)
+    fn.complete("b")  # "b" is done, but the watermark and "a" are ahead of it
+    h.run_until_idle()
+    assert h.output == []
+    fn.complete("a")
+    h.run_until_idle()
+    assert h.output == [Record("a", 1), Watermark(5), Record("b", 6)]
+
+
+def test_watermark_on_an_empty_queue_is_emitted_at_once():
+    h = OperatorHarness(async_wait(Scripted(), mode="unordered", capacity=1))
+    h.process_watermark(7)
+    assert h.output == [Watermark(7)]
+
+
+@pytest.mark.parametrize("mode", ["ordered", "unordered"])
+def test_watermarks_count_against_capacity(mode):
+    fn = Scripted()
+    op = async_wait(fn, mode=mode, capacity=2)
+    h = OperatorHarness(op)
+    h.process_element("a", timestamp_ms=1)
+    h.process_watermark(1)  # takes the second slot: the queue is now full
+    h.process_element("b", timestamp_ms=2)
+    assert fn.calls == [("a", 1)]  # "b" waits for room, no request yet
+    assert op.in_flight == 2 and op.is_blocked()
+    fn.complete("a")
+    h.run_until_idle()
+    assert fn.calls == [("a", 1), ("b", 1)]
+    assert h.output == [Record("a", 1), Watermark(1)]
+
+
+def test_full_queue_suspends_input_instead_of_blocking_the_mailbox():
+    fn = Scripted()
+    op = async_wait(fn, mode="ordered", capacity=2)
+    h = OperatorHarness(op)
+    for v in "abcde":
+        h.process_element(v, timestamp_ms=0)
+    # Two requests in flight; "c" waits inside the operator, "d" and "e" stay in the input.
+    assert [v for v, _ in fn.calls] == ["a", "b"]
+    assert h.pending_input == 2
+    assert not h.processor.is_default_action_available
+    # The mailbox still runs: a completion gets through and lets input flow again.
+    fn.complete("a")
+    h.run_until_idle()
+    assert [v for v, _ in fn.calls] == ["a", "b", "c"]
+    fn.complete("b"); fn.complete("c")
+    h.run_until_idle()
+    fn.complete("d"); fn.complete("e")
+    h.run_until_idle()
+    assert h.output_values() == list("abcde")
+
+
+def test_in_flight_requests_never_exceed_capacity():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, mode="unordered", capacity=3))
+    for i in range(20):
+        h.process_element(i, timestamp_ms=i)
+    peak = 0
+    while fn.in_flight():
+        peak = max(peak, len(fn.in_flight()))
+        fn.complete(fn.in_flight()[-1])
+        h.run_until_idle()
+    assert peak == 3
+    assert sorted(h.output_values()) == list(range(20))
+
+
+def test_output_keeps_the_input_timestamp_for_every_result():
+    h = OperatorHarness(async_wait(Immediate(lambda v: [v, v * 10]), capacity=4))
+    h.process_element(3, timestamp_ms=42)
+    h.process_element(4, timestamp_ms=None)
+    assert h.output == [Record(3, 42), Record(30, 42), Record(4, None), Record(40, None)]
+
+
+def test_an_empty_result_emits_nothing_but_frees_the_slot():
+    fn = Scripted()
+    op = async_wait(fn, capacity=1)
+    h = OperatorHarness(op)
+    h.process_element("a", timestamp_ms=1)
+    h.process_element("b", timestamp_ms=2)
+    fn.complete("a", [])
+    h.run_until_idle()
+    fn.complete("b")
+    h.run_until_idle()
+    assert h.output == [Record("b", 2)]
+
+
+def test_inputs_are_copied_on_entry():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, capacity=2))
+    row = {"user": 1}
+    h.process_element(row, timestamp_ms=1)
+    row["user"] = 999  # the caller reuses its object
+    snap = __import__("pickle").loads(h.snapshot())
+    assert snap[0][0][1] == {"user": 1}
+
+
+def test_chain_map_then_async_then_map():
+    fn = Scripted()
+    h = OperatorHarness([MapOperator(lambda v: v + 1), async_wait(fn, capacity=2), MapOperator(lambda v: v * 100)])
+    h.process_element(1, timestamp_ms=5)
+    h.process_watermark(5)
+    fn.complete(2)
+    h.run_until_idle()
+    assert h.output == [Record(200, 5), Watermark(5)]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"capacity": 0}, "capacity must be > 0, got 0"),
+        ({"mode": "sorted"}, "mode must be 'ordered' or 'unordered', got 'sorted'"),
+        ({"timeout_ms": -5}, "timeout_ms must be an int > 0 or None, got -5"),
+        ({"on_error": "ignore"}, "on_error must be 'fail' or 'dead_letter', got 'ignore'"),
+        ({"retry": 3}, "retry must be a RetryStrategy, got int"),
+    ],
+)
+def test_bad_configuration_is_rejected_at_construction(kwargs, message):
+    with pytest.raises(ConfigurationError) as info:
+        async_wait(Scripted(), **kwargs)
+    assert str(info.value) == message
+
+
+def test_a_plain_function_that_is_not_async_is_rejected():
+    with pytest.raises(ConfigurationError, match="expected an async def function"):
+        async_wait(lambda v: [v])

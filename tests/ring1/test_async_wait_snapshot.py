@@ -1,0 +1,166 @@
+"""Async I/O: snapshots hold every element not yet emitted; restore replays them."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+from operators import (
+    DEAD_LETTER,
+    FixedDelay,
+    OperatorHarness,
+    Record,
+    Watermark,
+    async_wait,
+)
+
+from .scripted import Scripted
+
+
+def restored(make_op, snapshot, *, start_ms=0):
+    h = OperatorHarness(make_op(), start_ms=start_ms)
+    h.restore(snapshot)
+    return h
+
+
+def test_snapshot_holds_in_flight_completed_unemitted_and_watermarks_in_order():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, mode="ordered", capacity=5, timeout_ms=1_000))
+    h.process_element("a", timestamp_ms=1)
+    h.process_element("b", timestamp_ms=2)
+    h.process_watermark(2)
+    h.process_element("c", timestamp_ms=3)
+    fn.complete("b")  # completed, but not emitted: "a" is still ahead of it
+    h.set_processing_time(400)
+    state = pickle.loads(h.snapshot())[0]
+    assert state == [
+        ("record", "a", 1, 1, 600),
+        ("record", "b", 2, 1, 600),  # its input is kept, and it will run again
+        ("watermark", 2),
+        ("record", "c", 3, 1, 600),
+    ]
+
+
+def test_restore_with_a_full_queue_and_the_waiting_element_does_not_deadlock():
+    def make():
+        return async_wait(fn, mode="ordered", capacity=2)
+
+    fn = Scripted()
+    h1 = OperatorHarness(make())
+    for v in "abc":
+        h1.process_element(v, timestamp_ms=ord(v))
+    # "a" and "b" fill the queue; "c" waits for room inside the operator.
+    assert [v for v, _ in fn.calls] == ["a", "b"]
+    snap = h1.snapshot()
+    assert [item[1] for item in pickle.loads(snap)[0]] == ["a", "b", "c"]
+
+    fn = Scripted()
+    h2 = restored(make, snap)
+    h2.open()
+    assert [v for v, _ in fn.calls] == ["a", "b"]  # replayed up to capacity; "c" waits again
+    h2.process_element("d", timestamp_ms=ord("d"))  # new input queues behind "c"
+    while fn.in_flight():
+        fn.complete(fn.in_flight()[0])
+        h2.run_until_idle()
+    assert h2.output_values() == list("abcd")
+    assert [v for v, _ in fn.calls] == list("abcd")
+
+
+def test_restore_keeps_the_remaining_deadline_not_a_fresh_one():
+    fn = Scripted(fallback=lambda v: "fallback")
+
+    def make():
+        return async_wait(fn, capacity=2, timeout_ms=100)
+
+    h1 = OperatorHarness(make())
+    h1.process_element("a", timestamp_ms=1)
+    h1.set_processing_time(70)
+    snap = h1.snapshot()  # 30 ms left
+
+    h2 = restored(make, snap, start_ms=5_000)
+    h2.open()
+    h2.set_processing_time(5_029)
+    assert h2.output == []
+    h2.set_processing_time(5_030)
+    assert h2.output == [Record("fallback", 1)]
+
+
+def test_restore_keeps_the_attempt_count():
+    fn = Scripted()
+
+    def make():
+        return async_wait(fn, capacity=2, retry=FixedDelay(3, 10), on_error="dead_letter")
+
+    h1 = OperatorHarness(make())
+    h1.process_element("a", timestamp_ms=1)
+    fn.fail("a", RuntimeError("503"))
+    h1.set_processing_time(10)  # attempt 2 in flight
+    snap = h1.snapshot()
+    assert pickle.loads(snap)[0] == [("record", "a", 1, 2, None)]
+
+    fn = Scripted()
+    h2 = restored(make, snap)
+    h2.open()
+    fn.fail("a", RuntimeError("503"))  # attempt 2 fails again
+    h2.set_processing_time(10)  # attempt 3, the last one
+    fn.fail("a", RuntimeError("503"))
+    h2.run_until_idle()
+    [letter] = h2.side_outputs[DEAD_LETTER]
+    assert letter.attempts == 3
+
+
+def test_snapshot_during_a_retry_wait_restores_as_the_next_attempt():
+    fn = Scripted()
+    h1 = OperatorHarness(async_wait(fn, capacity=2, retry=FixedDelay(3, 1_000)))
+    h1.process_element("a", timestamp_ms=1)
+    fn.fail("a", RuntimeError("503"))
+    h1.run_until_idle()
+    assert pickle.loads(h1.snapshot())[0] == [("record", "a", 1, 2, None)]
+
+
+def test_unordered_snapshot_keeps_watermark_segments():
+    fn = Scripted()
+
+    def make():
+        return async_wait(fn, mode="unordered", capacity=10)
+
+    h1 = OperatorHarness(make())
+    h1.process_element("a", timestamp_ms=1)
+    h1.process_watermark(5)
+    h1.process_element("b", timestamp_ms=6)
+    snap = h1.snapshot()
+
+    fn = Scripted()
+    h2 = restored(make, snap)
+    h2.open()
+    fn.complete("b")
+    h2.run_until_idle()
+    assert h2.output == []  # "b" still may not overtake the watermark
+    fn.complete("a")
+    h2.run_until_idle()
+    assert h2.output == [Record("a", 1), Watermark(5), Record("b", 6)]
+
+
+def test_async_def_function_runs_on_the_coroutine_runner_and_timeout_cancels_it():
+    release = {}
+    cancelled = []
+
+    async def lookup(value):
+        release[value] = asyncio.Event()
+        try:
+            await release[value].wait()
+        except asyncio.CancelledError:
+            cancelled.append(value)
+            raise
+        return [f"{value}!"]
+
+    h = OperatorHarness(async_wait(lookup, mode="unordered", capacity=4, timeout_ms=100, on_error="dead_letter"))
+    h.process_element("fast", timestamp_ms=1)
+    h.process_element("hangs", timestamp_ms=2)
+    release["fast"].set()
+    h.run_until_idle()
+    assert h.output == [Record("fast!", 1)]
+    h.set_processing_time(100)
+    h.run_until_idle()
+    assert cancelled == ["hangs"]
+    assert [d.value for d in h.side_outputs[DEAD_LETTER]] == ["hangs"]
