@@ -1,1 +1,14 @@
-"""placeholder"""
+"""Ring 2 of actorflow: the Ray shell around ring-1 operators."""
+
+from .arrow_rows import TS_COLUMN, rows_to_table, table_to_rows
+from .channel import ChannelSender, InputGate
+from .naming import instance_name, validate_job_name
+from .operator_actor import ChainSpec, OperatorActor
+from .sink_actor import SinkActor
+from .source_actor import SourceActor, event_time_ms
+from .task_function import RayTaskFunction
+
+__all__ = [
+    "ChainSpec", "ChannelSender", "InputGate", "OperatorActor", "RayTaskFunction", "SinkActor", "SourceActor",
+    "TS_COLUMN", "event_time_ms", "instance_name", "rows_to_table", "table_to_rows", "validate_job_name",
+]

@@ -1,6 +1,6 @@
 """Ring 1 of actorflow: pure, deterministic operator logic (no Ray, no Spark, no wall clock)."""
 
-from .async_function import AsyncFunction, CoroutineFunction, ResultFuture, as_async_function
+from .async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout, ResultFuture, as_async_function
 from .async_wait_operator import DEAD_LETTER, AsyncWaitOperator, DeadLetter, async_wait
 from .clock import Clock, ManualClock, SystemClock
 from .elements import CheckpointBarrier, Record, StreamElement, Watermark, WatermarkStatus
@@ -36,7 +36,7 @@ from .timers import ManualProcessingTimeService, ProcessingTimeService, Timer, T
 __all__ = [
     "ActorflowError", "AsyncFunction", "AsyncTimeoutError", "AsyncWaitOperator", "AsyncioCoroutineRunner",
     "CheckpointBarrier", "Clock", "ConfigurationError", "CoroutineFunction", "DEAD_LETTER", "DeadLetter",
-    "DefaultActionController", "ExponentialBackoff", "FilterOperator", "FixedDelay", "FlatMapOperator",
+    "DefaultActionController", "ExponentialBackoff", "FallbackOnTimeout", "FilterOperator", "FixedDelay", "FlatMapOperator",
     "JobFailedError", "MAX_PRIORITY", "MIN_PRIORITY", "Mail", "MailboxClosedError", "MailboxExecutor",
     "MailboxProcessor", "MailboxState", "MailboxStateError", "MailboxThreadError", "ManualClock",
     "ManualProcessingTimeService", "MapOperator", "NoRetry", "OperatorChain", "OperatorContext",

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import AsyncTimeoutError, ConfigurationError, ResultTypeError, describe_value
 
-__all__ = ["AsyncFunction", "CoroutineFunction", "ResultFuture", "as_async_function"]
+__all__ = ["AsyncFunction", "CoroutineFunction", "FallbackOnTimeout", "ResultFuture", "as_async_function"]
 
 
 class ResultFuture:
@@ -103,20 +103,13 @@ class CoroutineFunction(AsyncFunction):
     """Runs ``async def fn(value) -> list`` on the operator's coroutine runner.
 
     A timeout cancels the coroutine of the abandoned attempt, so a hanging service does not keep
-    a request slot. ``timeout_fallback``, if given, is called with the value and its return
-    (a list) is the fallback result.
+    a request slot.
     """
 
-    def __init__(
-        self,
-        fn: Callable[[Any], Any],
-        *,
-        timeout_fallback: Callable[[Any], Sequence[Any]] | None = None,
-    ) -> None:
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
         if not inspect.iscoroutinefunction(fn) and not inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
             raise ConfigurationError(f"expected an async def function, got {describe_value(fn)}")
         self.fn = fn
-        self.timeout_fallback = timeout_fallback
         self._runner: Any = None
 
     def open(self, context: Any) -> None:
@@ -135,11 +128,27 @@ class CoroutineFunction(AsyncFunction):
         cancel = self._runner.submit(self.fn(value), on_done)
         result_future.add_cancel_hook(cancel)
 
+
+class FallbackOnTimeout(AsyncFunction):
+    """Wraps a function so that a timeout completes with ``fallback(value)`` (a list)."""
+
+    def __init__(self, inner: AsyncFunction, fallback: Callable[[Any], Sequence[Any]]) -> None:
+        if not callable(fallback):
+            raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
+        self.inner = inner
+        self.fallback = fallback
+
+    def open(self, context: Any) -> None:
+        self.inner.open(context)
+
+    def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
+        self.inner.async_invoke(value, result_future)
+
     def timeout(self, value: Any, result_future: ResultFuture) -> None:
-        if self.timeout_fallback is None:
-            super().timeout(value, result_future)
-        else:
-            result_future.complete(self.timeout_fallback(value))
+        result_future.complete(self.fallback(value))
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def as_async_function(fn: AsyncFunction | Callable[[Any], Any]) -> AsyncFunction:

@@ -79,12 +79,29 @@ class RecordError(ActorflowError):
         timestamp_ms: int | None = None,
         attempts: int | None = None,
     ) -> None:
-        where = f"{operator}: " if operator else ""
+        where = f"{operator}: " if operator and not message.startswith(f"{operator}: ") else ""
         super().__init__(f"{where}{message}")
         self.operator = operator
         self.value = value
         self.timestamp_ms = timestamp_ms
         self.attempts = attempts
+
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (Ray pickles them); keyword arguments must survive.
+        return (
+            _rebuild_record_error,
+            (type(self), str(self), self.operator, self.value, self.timestamp_ms, self.attempts, self.__cause__),
+        )
+
+
+def _rebuild_record_error(
+    cls: type[RecordError], message: str, operator: str | None, value: Any, timestamp_ms: int | None,
+    attempts: int | None, cause: BaseException | None,
+) -> RecordError:
+    error = cls(message, operator=operator, value=value, timestamp_ms=timestamp_ms, attempts=attempts)
+    error.__cause__ = cause
+    return error
 
 
 class AsyncTimeoutError(RecordError, TimeoutError):

@@ -123,6 +123,10 @@ class TaskMailbox:
         """
         self._listeners.append(listener)
 
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
     def is_mailbox_thread(self) -> bool:
         return threading.get_ident() == self._thread_id
 

@@ -188,6 +188,13 @@ class MailboxProcessor:
                 loop.call_soon_threadsafe(wake.set)
 
         self.mailbox.add_listener(on_put)
+        try:
+            await self._run_async_rounds(wake, rounds_per_yield)
+        finally:
+            # A put after the loop is gone must not reach a closed event loop.
+            self.mailbox.remove_listener(on_put)
+
+    async def _run_async_rounds(self, wake: asyncio.Event, rounds_per_yield: int) -> None:
         self._loop_running = not self._completed
         rounds = 0
         while self._loop_running:

@@ -1,0 +1,60 @@
+"""Arrow batches <-> records: the per-record work stays inside an actor.
+
+A channel batch is a ``pyarrow.Table`` whose column ``__ts`` holds each row's event time in
+milliseconds (null when there is none). Records inside an operator are Python values; a batch
+of dict values becomes a table with one column per key, any other values a ``value`` column.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+
+from operators.errors import SchemaError, describe_value
+
+__all__ = ["TS_COLUMN", "VALUE_COLUMN", "rows_to_table", "table_to_rows"]
+
+TS_COLUMN = "__ts"
+VALUE_COLUMN = "value"
+
+
+def table_to_rows(table: pa.Table) -> Iterator[tuple[Any, int | None]]:
+    """``(value, timestamp_ms)`` per row; a ``value``-only table yields bare values."""
+    names = [n for n in table.column_names if n != TS_COLUMN]
+    timestamps: Sequence[int | None]
+    if TS_COLUMN in table.column_names:
+        timestamps = table.column(TS_COLUMN).to_pylist()
+    else:
+        timestamps = [None] * table.num_rows
+    body = table.select(names)
+    if names == [VALUE_COLUMN] and table.schema.metadata and table.schema.metadata.get(b"actorflow.bare") == b"1":
+        values: list[Any] = body.column(0).to_pylist()
+    else:
+        values = body.to_pylist()
+    return zip(values, timestamps)
+
+
+def rows_to_table(values: list[Any], timestamps: list[int | None], schema: pa.Schema | None = None) -> pa.Table:
+    """Build a channel batch. With ``schema``, every row must fit it, or ``SchemaError`` says which."""
+    if values and not isinstance(values[0], dict):
+        table = pa.table({VALUE_COLUMN: values})
+        table = table.replace_schema_metadata({b"actorflow.bare": b"1"})
+    else:
+        try:
+            table = pa.Table.from_pylist(values, schema=schema) if schema is not None else pa.Table.from_pylist(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, KeyError) as error:
+            raise SchemaError(_which_row(values, schema, error)) from error
+    return table.append_column(TS_COLUMN, pa.array(timestamps, type=pa.int64()))
+
+
+def _which_row(values: list[Any], schema: pa.Schema | None, error: Exception) -> str:
+    for i, value in enumerate(values):
+        if not isinstance(value, dict):
+            return f"row {i} is a {type(value).__name__}, expected a dict of column values: {describe_value(value)}"
+        try:
+            pa.Table.from_pylist([value], schema=schema)
+        except Exception as row_error:
+            expected = f" (expected schema: {schema.to_string(show_schema_metadata=False)!s})" if schema else ""
+            return f"row {describe_value(value)} does not fit the output schema: {row_error}{expected}"
+    return f"rows do not fit the output schema: {error}"

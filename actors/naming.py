@@ -1,0 +1,28 @@
+"""Names of actors and tasks: ``<job>/<operator>[<i>/<n>]``, as the Ray dashboard shows them."""
+
+from __future__ import annotations
+
+import re
+
+from operators.errors import ConfigurationError
+
+__all__ = ["instance_name", "validate_job_name"]
+
+_JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def validate_job_name(job: str) -> str:
+    if not isinstance(job, str) or not _JOB_NAME.match(job):
+        raise ConfigurationError(
+            f"job name must be 1-64 characters of letters, digits, '_', '.' or '-', got {job!r}"
+        )
+    return job
+
+
+def instance_name(job: str, operator: str, index: int, parallelism: int) -> str:
+    """The name of one operator instance.
+
+    >>> instance_name("clicks", "enrich", 0, 2)
+    'clicks/enrich[0/2]'
+    """
+    return f"{job}/{operator}[{index}/{parallelism}]"

@@ -1,0 +1,285 @@
+"""The operator actor: one operator chain and its mailbox, on one Ray actor.
+
+Threading model
+    The actor is an asyncio actor. Its event loop's thread is the mailbox thread: the mailbox
+    loop runs there as a task, beside the coroutines of ``async def`` user functions. Remote
+    methods only hand work to the mailbox, or wait for room in the input gate; they never touch
+    operator state. Any ``async def`` method lets Ray interleave up to 1000 calls; the mailbox,
+    not Ray, makes sure one mail runs at a time. Nothing on the loop calls ``ray.get``.
+
+Lifecycle
+    ``__init__`` → ``connect`` → ``start`` → (``push`` ...) → the chain drains after the last
+    channel ends → ``wait`` returns the final figures, or raises the operator's error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from operators.clock import SystemClock
+from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark, WatermarkStatus
+from operators.harness import AsyncioCoroutineRunner
+from operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
+from operators.operator import OperatorChain, OperatorContext, StreamOperator
+
+from .arrow_rows import table_to_rows
+from .channel import ChannelSender, InputGate
+from .metrics import OperatorMetricsExporter
+from .naming import instance_name
+from .output import BatchingOutput, Outbox, Partitioner
+from .processing_time import AsyncioProcessingTimeService
+
+__all__ = ["ChainSpec", "OperatorActor"]
+
+
+@dataclass
+class ChainSpec:
+    """What one operator actor runs, and how it talks to its neighbours."""
+
+    job: str
+    name: str
+    index: int
+    parallelism: int
+    num_inputs: int
+    operator_factories: list[Callable[[], StreamOperator]]
+    partitioning: str = "forward"
+    key: Callable[[Any], Any] | None = None
+    output_schema: pa.Schema | None = None
+    batch_size: int = 2048
+    input_capacity: int = 4
+    outbox_capacity: int = 8
+    credits: int = 4
+    rows_per_round: int = 256
+    linger_ms: int = 20
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def instance_name(self) -> str:
+        return instance_name(self.job, self.name, self.index, self.parallelism)
+
+
+class OperatorActor:
+    """Hosts an operator chain; ``ray.remote`` is applied at the edge (``cluster``)."""
+
+    def __init__(self, spec: ChainSpec) -> None:
+        self.spec = spec
+        self.name = spec.instance_name
+        self._chain = OperatorChain([factory() for factory in spec.operator_factories])
+        self._run_task: asyncio.Task[dict[str, Any]] | None = None
+        self._suspension: Suspension | None = None
+        self._rows: list[tuple[Any, int | None]] | None = None
+        self._row_pos = 0
+        self._watermarks = [MIN_TIMESTAMP] * spec.num_inputs
+        self._idle = [False] * spec.num_inputs
+        self._ended = [False] * spec.num_inputs
+        self._current_watermark = MIN_TIMESTAMP
+        self._finishing = False
+        self._batches_in = 0
+        self._records_in = 0
+
+    def __repr__(self) -> str:
+        return self.name
+
+    # ------------------------------------------------------------ remote methods
+
+    async def connect(self, downstream: list[Any], side_sink: Any = None, side_channel: int = 0) -> None:
+        self._downstream = downstream
+        self._side_sink = side_sink
+        self._side_channel = side_channel
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        spec = self.spec
+        self.processor = MailboxProcessor(self._default_action)
+        self.processor.mailbox.bind_to_current_thread()
+        executor = self.processor.executor(0)
+        clock = SystemClock()
+        self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity * spec.num_inputs, on_item=self._wake)
+        channel_id = 0 if spec.partitioning == "forward" else spec.index
+        senders = [ChannelSender(h, channel_id, credits=spec.credits) for h in self._downstream]
+        self._outbox = Outbox(senders, max_pending=spec.outbox_capacity, on_room=self._wake)
+        self._side_sender = ChannelSender(self._side_sink, self._side_channel, credits=spec.credits) if self._side_sink else None
+        self._side_queue: list[tuple[str, list[Any]]] = []
+        partitioner = Partitioner(spec.partitioning, len(self._downstream), spec.key)
+        self._output = BatchingOutput(
+            self._outbox, partitioner, batch_size=spec.batch_size, schema=spec.output_schema, side=self._on_side
+        )
+        processing_time = AsyncioProcessingTimeService(loop, executor, clock)
+        runner = AsyncioCoroutineRunner(loop)
+        n_ops = len(self._chain.operators)
+
+        def context_for(i: int, op: StreamOperator) -> OperatorContext:
+            return OperatorContext(
+                name=self.name if n_ops == 1 else f"{self.name}#{op.name}",
+                mailbox_executor=executor,
+                processing_time=processing_time,
+                clock=clock,
+                coroutine_runner=runner,
+                subtask_index=spec.index,
+                parallelism=spec.parallelism,
+                signal_progress=self._wake,
+            )
+
+        self._chain.setup(context_for, self._output)
+        self._chain.initialize_state(None)
+        self._chain.open()
+        self._exporter = OperatorMetricsExporter(spec.job, spec.name, f"{spec.index}/{spec.parallelism}")
+        self._run_task = loop.create_task(self._run())
+        self._ticker = loop.create_task(self._tick())
+
+    async def push(self, channel: int, seq: int, kind: str, payload: Any) -> None:
+        await self._gate.push(channel, seq, kind, payload)
+
+    async def wait(self) -> dict[str, Any]:
+        """The final figures once the chain has drained; raises the error that stopped it."""
+        assert self._run_task is not None, "start() first"
+        return await self._run_task
+
+    async def stats(self) -> dict[str, Any]:
+        return self._figures()
+
+    # -------------------------------------------------------------- mailbox side
+
+    async def _run(self) -> dict[str, Any]:
+        try:
+            await self.processor.run_mailbox_loop_async()
+            self._output.flush()
+            self._outbox.broadcast("end", None)
+            await self._outbox.close()
+            await self._send_side(final=True)
+            self._chain.close()
+            return self._figures()
+        finally:
+            self._ticker.cancel()
+            self._exporter.export(self._figures())
+
+    def _default_action(self, controller: DefaultActionController) -> None:
+        chain = self._chain
+        if self._outbox.is_full() or chain.is_blocked():
+            self._suspend(controller)  # woken when the outbox drains or the operator has room
+            return
+        if self._rows is not None:
+            rows, pos = self._rows, self._row_pos
+            end = min(len(rows), pos + self.spec.rows_per_round)
+            while pos < end:
+                value, ts = rows[pos]
+                pos += 1
+                chain.process_element(Record(value, ts))
+                if chain.is_blocked():
+                    break
+            self._records_in += pos - self._row_pos
+            self._row_pos = pos
+            if pos >= len(rows):
+                self._rows = None
+            return
+        if self._finishing:
+            if chain.advance_end_of_input():
+                self._output.flush()
+                controller.all_actions_completed()
+            else:
+                self._suspend(controller)  # woken when the last requests complete
+            return
+        item = self._gate.poll()
+        if item is None:
+            self._suspend(controller)  # woken by the next push
+            return
+        channel, kind, payload = item
+        if kind == "records":
+            self._batches_in += 1
+            self._rows = list(table_to_rows(payload))
+            self._row_pos = 0
+        elif kind == "watermark":
+            self._watermarks[channel] = max(self._watermarks[channel], payload)
+            self._advance_watermark()
+        elif kind == "status":
+            self._idle[channel] = bool(payload)
+            self._advance_watermark()
+        elif kind == "end":
+            self._ended[channel] = True
+            if all(self._ended):
+                self._finishing = True
+                chain.end_input()
+        else:
+            raise ValueError(f"{self.name}: unknown channel item kind {kind!r}")
+
+    def _advance_watermark(self) -> None:
+        # The minimum over inputs; idle and ended inputs hold nothing back.
+        active = [w for w, idle, ended in zip(self._watermarks, self._idle, self._ended) if not idle and not ended]
+        if not active:
+            if all(self._idle):
+                self._chain.process_watermark_status(WatermarkStatus(True))
+            return
+        new = min(active)
+        if new > self._current_watermark:
+            self._current_watermark = new
+            self._chain.process_watermark(Watermark(new))
+
+    def _suspend(self, controller: DefaultActionController) -> None:
+        self._suspension = controller.suspend_default_action()
+
+    def _wake(self) -> None:
+        if self._suspension is not None:
+            suspension, self._suspension = self._suspension, None
+            suspension.resume()
+
+    def _on_side(self, tag: str, values: list[Any]) -> None:
+        self._side_queue.append((tag, values))
+        if self._side_sender is not None:
+            asyncio.get_running_loop().create_task(self._send_side(final=False))
+
+    async def _send_side(self, *, final: bool) -> None:
+        if self._side_sender is None:
+            if self._side_queue:
+                raise RuntimeError(f"{self.name}: side output produced but no side sink is connected")
+            return
+        while self._side_queue:
+            tag, values = self._side_queue.pop(0)
+            await self._side_sender.send("side", (tag, values))
+        if final:
+            await self._side_sender.send("end", None)
+            await self._side_sender.flush()
+
+    async def _tick(self) -> None:
+        # Latency bound for slow streams, and live metrics: once per linger / once a second.
+        executor = self.processor.executor(0)
+        beats = 0
+        while True:
+            await asyncio.sleep(self.spec.linger_ms / 1000)
+            executor.execute(self._output.flush, "flush output", deferrable=True)
+            beats += 1
+            if beats * self.spec.linger_ms >= 1000:
+                beats = 0
+                self._exporter.export(self._figures())
+
+    def _figures(self) -> dict[str, Any]:
+        in_flight = 0
+        queue_depth = 0
+        totals = {"records_out": self._output.records_out if hasattr(self, "_output") else 0,
+                  "retries": 0, "timeouts": 0, "dead_letters": 0, "failures": 0}
+        for op in self._chain.operators:
+            queue = getattr(op, "queue", None)
+            if queue is not None:
+                queue_depth += len(queue)
+                in_flight += sum(1 for e in queue if not e.done)
+            metrics = getattr(op, "metrics", None)
+            if metrics is not None:
+                for k in ("retries", "timeouts", "dead_letters", "failures"):
+                    totals[k] += getattr(metrics, k)
+        wm = self._current_watermark
+        return {
+            "name": self.name,
+            "records_in": self._records_in,
+            "batches_in": self._batches_in,
+            "in_flight_requests": in_flight,
+            "async_queue_depth": queue_depth,
+            "input_queue_depth": len(self._gate) if hasattr(self, "_gate") else 0,
+            "mailbox_depth": self.processor.mailbox.size() if hasattr(self, "processor") else 0,
+            "outbox_depth": self._outbox.pending if hasattr(self, "_outbox") else 0,
+            "watermark_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else wm,
+            "restarts": 0,
+            **totals,
+        }

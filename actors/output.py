@@ -1,0 +1,160 @@
+"""The output of an operator actor: rows buffered into Arrow batches, per downstream channel."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from operators.elements import Record, Watermark, WatermarkStatus
+
+from .arrow_rows import rows_to_table
+from .channel import ChannelSender
+
+__all__ = ["Outbox", "Partitioner", "BatchingOutput"]
+
+
+class Partitioner:
+    """Which downstream channel a record goes to: forward, rebalance or hash by key."""
+
+    def __init__(self, kind: str, num_targets: int, key: Callable[[Any], Any] | None = None) -> None:
+        if kind not in ("forward", "rebalance", "hash"):
+            raise ValueError(f"partitioning must be 'forward', 'rebalance' or 'hash', got {kind!r}")
+        # A forward channel has exactly one target: the instance with the same index.
+        self.kind = kind
+        self.num_targets = 1 if kind == "forward" else num_targets
+        self._key = key
+        self._round_robin = itertools.cycle(range(self.num_targets))
+
+    def target(self, value: Any) -> int:
+        if self.num_targets == 1:
+            return 0
+        if self.kind == "hash":
+            assert self._key is not None
+            return hash(self._key(value)) % self.num_targets
+        return 0  # rebalance picks per batch, see next_batch_target
+
+    def next_batch_target(self) -> int:
+        return next(self._round_robin)
+
+
+class Outbox:
+    """Items waiting to be sent, one queue and one sender task per channel.
+
+    ``is_full`` tells the default action to stop taking input until the senders catch up.
+    """
+
+    def __init__(self, senders: list[ChannelSender], *, max_pending: int, on_room: Callable[[], None]) -> None:
+        self._senders = senders
+        self._queues: list[deque[tuple[str, Any]]] = [deque() for _ in senders]
+        self._wakeups = [asyncio.Event() for _ in senders]
+        self._max_pending = max_pending
+        self._on_room = on_room
+        self._tasks = [asyncio.get_running_loop().create_task(self._pump(i)) for i in range(len(senders))]
+        self._closed = False
+        self.error: BaseException | None = None
+
+    def put(self, channel: int, kind: str, payload: Any) -> None:
+        self._queues[channel].append((kind, payload))
+        self._wakeups[channel].set()
+
+    def broadcast(self, kind: str, payload: Any) -> None:
+        for channel in range(len(self._senders)):
+            self.put(channel, kind, payload)
+
+    @property
+    def pending(self) -> int:
+        return sum(len(q) for q in self._queues)
+
+    def is_full(self) -> bool:
+        return self.pending >= self._max_pending
+
+    async def close(self) -> None:
+        """Send everything queued, wait for the acknowledgements, and stop the senders."""
+        self._closed = True
+        for event in self._wakeups:
+            event.set()
+        await asyncio.gather(*self._tasks)
+        await asyncio.gather(*(s.flush() for s in self._senders))
+
+    async def _pump(self, channel: int) -> None:
+        queue, wake, sender = self._queues[channel], self._wakeups[channel], self._senders[channel]
+        while True:
+            while queue:
+                kind, payload = queue[0]
+                await sender.send(kind, payload)
+                queue.popleft()
+                if self.pending == self._max_pending - 1:
+                    self._on_room()
+            if self._closed:
+                return
+            wake.clear()
+            if not queue:
+                await wake.wait()
+
+
+class BatchingOutput:
+    """The chain's ``Output``: buffers records per target, cuts Arrow batches of ``batch_size``.
+
+    Side outputs (dead letters) are buffered the same way and go to the sink's side channel.
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        partitioner: Partitioner,
+        *,
+        batch_size: int,
+        schema: pa.Schema | None,
+        side: Callable[[str, list[Any]], None],
+    ) -> None:
+        self._outbox = outbox
+        self._partitioner = partitioner
+        self._batch_size = batch_size
+        self._schema = schema
+        self._side = side
+        n = max(1, partitioner.num_targets)
+        self._values: list[list[Any]] = [[] for _ in range(n)]
+        self._timestamps: list[list[int | None]] = [[] for _ in range(n)]
+        self._side_buffers: dict[str, list[Any]] = {}
+        self.records_out = 0
+
+    def collect(self, record: Record) -> None:
+        target = self._partitioner.target(record.value)
+        values = self._values[target]
+        values.append(record.value)
+        self._timestamps[target].append(record.timestamp_ms)
+        if len(values) >= self._batch_size:
+            self._flush_target(target)
+
+    def emit_watermark(self, watermark: Watermark) -> None:
+        # Records before the watermark must leave before it, on every channel.
+        self.flush()
+        self._outbox.broadcast("watermark", watermark.timestamp_ms)
+
+    def emit_watermark_status(self, status: WatermarkStatus) -> None:
+        self.flush()
+        self._outbox.broadcast("status", status.idle)
+
+    def collect_side(self, tag: str, value: Any) -> None:
+        self._side_buffers.setdefault(tag, []).append(value)
+
+    def flush(self) -> None:
+        for target in range(len(self._values)):
+            if self._values[target]:
+                self._flush_target(target)
+        for tag, values in self._side_buffers.items():
+            if values:
+                self._side(tag, values)
+        self._side_buffers = {}
+
+    def _flush_target(self, target: int) -> None:
+        values, timestamps = self._values[target], self._timestamps[target]
+        self._values[target], self._timestamps[target] = [], []
+        table = rows_to_table(values, timestamps, self._schema)
+        self.records_out += table.num_rows
+        channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else target
+        self._outbox.put(channel, "records", table)
