@@ -42,10 +42,21 @@ def rows_to_table(values: list[Any], timestamps: list[int | None], schema: pa.Sc
         table = table.replace_schema_metadata({b"actorflow.bare": b"1"})
     else:
         try:
-            table = pa.Table.from_pylist(values, schema=schema) if schema is not None else pa.Table.from_pylist(values)
+            table = pa.Table.from_pylist(values, schema=schema) if schema is not None else _from_dicts(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, KeyError) as error:
             raise SchemaError(_which_row(values, schema, error)) from error
     return table.append_column(TS_COLUMN, pa.array(timestamps, type=pa.int64()))
+
+
+def _from_dicts(values: list[dict[str, Any]]) -> pa.Table:
+    # Every key of every row becomes a column: inferring columns from the first row alone
+    # would silently drop the keys that only later rows have.
+    keys: dict[str, None] = {}
+    for value in values:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a dict, got {type(value).__name__}")
+        keys.update(dict.fromkeys(value))
+    return pa.table({k: [v.get(k) for v in values] for k in keys})
 
 
 def _which_row(values: list[Any], schema: pa.Schema | None, error: Exception) -> str:

@@ -55,7 +55,7 @@ class RayTaskFunction(AsyncFunction):
     ``ceil(capacity / max_tasks)`` requests.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], *, capacity: int, max_tasks: int = 4, num_cpus: float = 0.25) -> None:
+    def __init__(self, fn: Callable[[Any], Any], *, capacity: int, max_tasks: int = 2, num_cpus: float = 0.0) -> None:
         if not callable(fn):
             raise ConfigurationError(f"expected a callable, got {type(fn).__name__}")
         if max_tasks < 1:

@@ -77,7 +77,7 @@ class DataStream:
         on_error: Literal["fail", "dead_letter"] = "fail",
         parallelism: int | None = None,
         name: str = "async_map",
-        max_tasks: int = 4,
+        max_tasks: int = 2,
     ) -> S:
         """Enrich each record through ``fn``, with Flink's async I/O guarantees.
 
@@ -110,6 +110,13 @@ class DataStream:
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))
+
+    def transform(
+        self: S, name: str, operator_factory: Callable[[], StreamOperator], *, parallelism: int | None = None
+    ) -> S:
+        """Add any ring-1 operator; ``operator_factory`` builds one instance per subtask."""
+        _check_callable(operator_factory, "transform")
+        return self._with(OperatorNode(name, operator_factory, self._parallelism(parallelism)))
 
     def rebalance(self: S, parallelism: int) -> S:
         """Spread records round-robin over ``parallelism`` instances of what follows."""
