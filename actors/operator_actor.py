@@ -21,6 +21,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from operators.clock import SystemClock
+from operators.errors import portable
 from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark, WatermarkStatus
 from operators.harness import AsyncioCoroutineRunner
 from operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
@@ -137,7 +138,14 @@ class OperatorActor:
     async def wait(self) -> dict[str, Any]:
         """The final figures once the chain has drained; raises the error that stopped it."""
         assert self._run_task is not None, "start() first"
-        return await self._run_task
+        try:
+            return await self._run_task
+        except Exception as error:
+            # Ray pickles the error for the caller; a user's exception may not survive that.
+            converted = portable(error)
+            if converted is error:
+                raise
+            raise converted  # noqa: B904 - its own __cause__ is the stand-in for the user's error
 
     async def stats(self) -> dict[str, Any]:
         return self._figures()

@@ -48,13 +48,25 @@ class SinkActor:
 
     async def take_table(self, channel: int, keep_timestamps: bool = False) -> pa.Table | None:
         items = self._items[channel]
-        tables = [payload for _, (kind, payload) in sorted(items.items()) if kind == "records"]
+        tables = [payload for _, (kind, payload) in sorted(items.items()) if kind == "records" and payload.num_rows]
         if not tables:
             return None
         table = pa.concat_tables(tables, promote_options="permissive")
         if not keep_timestamps and TS_COLUMN in table.column_names:
             table = table.drop_columns([TS_COLUMN])
         return table
+
+    async def schemas(self) -> list[pa.Schema | None]:
+        """Per main channel, the schema of its output without timestamps; None if it is empty."""
+        out: list[pa.Schema | None] = []
+        for channel in range(self._n):
+            tables = [p for _, (kind, p) in sorted(self._items[channel].items()) if kind == "records" and p.num_rows]
+            if not tables:
+                out.append(None)
+                continue
+            schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+            out.append(pa.schema([f for f in schema if f.name != TS_COLUMN]))
+        return out
 
     async def take_side(self, tag: str) -> list[Any]:
         out: list[Any] = []

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import RayActorError, RayError, RayTaskError
 from tqdm.auto import tqdm
 
 from actors.naming import instance_name, validate_job_name
@@ -39,6 +39,7 @@ class JobResult:
 
     job: str
     tables: list[Any]
+    schemas: list[pa.Schema | None]
     side_outputs: dict[str, list[Any]]
     input_rows: int
     output_rows: int
@@ -137,9 +138,10 @@ def run_job(
         figures = ray.get(waits)
         output_rows = ray.get(done_ref)
         tables = [sink.take_table.remote(c) for c in range(last.parallelism)]
+        schemas = ray.get(sink.schemas.remote())
         side = {tag: ray.get(sink.take_side.remote(tag)) for tag in side_tags}
         ray.wait(tables, num_returns=len(tables), fetch_local=False)
-        return JobResult(job, tables, side, source.total_rows, output_rows, time.perf_counter() - started, figures)
+        return JobResult(job, tables, schemas, side, source.total_rows, output_rows, time.perf_counter() - started, figures)
     finally:
         for handle in handles:
             ray.kill(handle, no_restart=True)
@@ -154,7 +156,7 @@ def _await_job(job: str, refs: list[Any], sources: list[Any], total_rows: int, p
             for ref in ready:
                 try:
                     ray.get(ref)
-                except (RayTaskError, RayActorError) as error:
+                except RayError as error:
                     raise _job_failure(job, error) from _cause(error)
             if progress and not bar.disable:
                 read = sum(ray.get([s.progress.remote() for s in sources]))

@@ -12,6 +12,7 @@ Every error the project raises derives from ``ActorflowError``::
     │   ├── UserFunctionError     a user function raised
     │   └── ResultTypeError       a user function returned something of the wrong type or shape
     ├── SchemaError               data that does not match the declared schema (null event time, ...)
+    ├── ForeignError              stands in for an exception that cannot be pickled
     └── JobFailedError            a job stopped because one of its operators failed
 
 Messages say what was wrong, what was expected, and what was got.
@@ -25,6 +26,7 @@ __all__ = [
     "ActorflowError",
     "AsyncTimeoutError",
     "ConfigurationError",
+    "ForeignError",
     "JobFailedError",
     "MailboxClosedError",
     "MailboxStateError",
@@ -34,6 +36,7 @@ __all__ = [
     "SchemaError",
     "UserFunctionError",
     "describe_value",
+    "portable",
 ]
 
 
@@ -118,6 +121,58 @@ class ResultTypeError(RecordError, TypeError):
 
 class SchemaError(ActorflowError, ValueError):
     """Data that does not fit the declared schema."""
+
+
+class ForeignError(ActorflowError):
+    """Stands in for an exception that cannot cross a process boundary (it does not pickle).
+
+    Keeps its type name, message and traceback text.
+    """
+
+    def __init__(self, type_name: str, message: str, traceback_text: str = "") -> None:
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.traceback_text = traceback_text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ForeignError, (self.type_name, str(self)[len(self.type_name) + 2 :], self.traceback_text))
+
+
+def portable(error: BaseException) -> BaseException:
+    """``error`` itself if it survives pickling, else the same error with its unpicklable parts replaced.
+
+    A user's exception class with a custom ``__init__`` often does not unpickle; the job must
+    still report which record failed and why.
+    """
+    import pickle
+    import traceback
+
+    def survives(e: BaseException) -> bool:
+        try:
+            pickle.loads(pickle.dumps(e))
+            return True
+        except Exception:
+            return False
+
+    if survives(error):
+        return error
+    cause = error.__cause__
+    if isinstance(error, RecordError) and cause is not None and not survives(cause):
+        stand_in = ForeignError(
+            f"{type(cause).__module__}.{type(cause).__qualname__}", str(cause),
+            "".join(traceback.format_exception(cause)),
+        )
+        rebuilt = _rebuild_record_error(
+            type(error), str(error), error.operator, error.value, error.timestamp_ms, error.attempts, stand_in
+        )
+        if survives(rebuilt):
+            return rebuilt
+        rebuilt.value = describe_value(error.value)
+        if survives(rebuilt):
+            return rebuilt
+    return ForeignError(
+        f"{type(error).__module__}.{type(error).__qualname__}", str(error), "".join(traceback.format_exception(error))
+    )
 
 
 class JobFailedError(ActorflowError):

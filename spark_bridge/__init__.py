@@ -1,1 +1,7 @@
-"""placeholder"""
+"""Ring 3 of actorflow on Spark: the Spark-on-Ray session, ``from_spark``/``to_spark``, ``enrich()``."""
+
+from .enrich import enrich
+from .session import ensure_ray, spark_session, stop_spark
+from .streams import SparkDataStream, from_spark, to_arrow_schema
+
+__all__ = ["SparkDataStream", "enrich", "ensure_ray", "from_spark", "spark_session", "stop_spark", "to_arrow_schema"]

@@ -1,0 +1,279 @@
+"""Move data between Spark DataFrames and Arrow blocks in Ray's object store, keeping row order.
+
+Source direction: ``dataframe_to_dataset`` snapshots a DataFrame into a Ray Dataset with one
+Arrow block per Spark partition, and ``dataset_block_refs`` lists those blocks with their row
+counts, which is what a replayable source needs for its (block, row) positions.
+
+Sink direction: ``tables_to_dataframe`` turns Arrow tables (or references to them) back into a
+DataFrame that Spark's executors read straight from the object store, in the JVM, without
+Python workers.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Union
+
+import pyarrow as pa
+
+from operators.errors import SchemaError
+
+if TYPE_CHECKING:
+    import ray
+    from pyspark.sql import DataFrame, SparkSession
+    from ray.data import Dataset
+
+__all__ = [
+    "dataframe_to_dataset",
+    "dataset_block_refs",
+    "release_dataframe",
+    "spark_schema",
+    "tables_to_dataframe",
+]
+
+# A sink partition holds contiguous inputs up to about this size, so that thousands of small
+# batches do not become thousands of Spark tasks, and a huge result does not become one task
+# that a 1g executor cannot hold.
+_TARGET_PARTITION_BYTES = 64 * 1024 * 1024
+
+TablesOrRefs = Union[Sequence[pa.Table], Sequence["ray.ObjectRef"]]
+
+
+def dataframe_to_dataset(df: DataFrame) -> Dataset:
+    """Snapshot a Spark DataFrame into a materialised Ray Dataset of Arrow blocks.
+
+    Block ``i`` holds Spark partition ``i``, rows in partition order, so reading the blocks in
+    order gives the rows in the order ``df.collect()`` would. The snapshot is cached in Spark
+    (memory and disk) until ``release_dataframe(df)`` or the end of the Spark session; a lost
+    block is rebuilt from that cache, so replays see the same rows even if ``df`` is not
+    deterministic.
+
+    Example::
+
+        spark = spark_session()
+        ds = dataframe_to_dataset(spark.range(1000))
+        ds.count()                   # 1000
+    """
+    from raydp.spark import spark_dataframe_to_ray_dataset
+
+    with warnings.catch_warnings():
+        # RayDP reads DataFrame.sql_ctx, which PySpark 3.5 deprecates on every access.
+        warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx", category=UserWarning)
+        return spark_dataframe_to_ray_dataset(df)
+
+
+def release_dataframe(df: DataFrame) -> None:
+    """Free the Spark-side snapshot that ``dataframe_to_dataset(df)`` cached.
+
+    Call it once no reader needs to rebuild the blocks; afterwards a lost block cannot be
+    recovered. Unknown DataFrames are ignored.
+
+    Example::
+
+        ds = dataframe_to_dataset(df)
+        rows = ds.count()
+        release_dataframe(df)
+    """
+    from raydp.spark import release_spark_recoverable
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx", category=UserWarning)
+        release_spark_recoverable(df)
+
+
+def dataset_block_refs(ds: Dataset) -> list[tuple[ray.ObjectRef, int]]:
+    """Return ``(block_ref, num_rows)`` for every block of ``ds``, in dataset order.
+
+    The counts come from block metadata, so no block is fetched. A dataset that is not
+    materialised yet is materialised first, with Ray Data told to preserve order.
+
+    Example::
+
+        ds = dataframe_to_dataset(spark.range(10).repartition(2))
+        [n for _, n in dataset_block_refs(ds)]    # [5, 5]
+    """
+    from ray.data.dataset import MaterializedDataset
+
+    if not isinstance(ds, MaterializedDataset):
+        # Streaming execution emits blocks as they finish unless told otherwise.
+        ds.context.execution_options.preserve_order = True
+        ds = ds.materialize()
+    blocks: list[tuple[ray.ObjectRef, int]] = []
+    for bundle in ds.iter_internal_ref_bundles():
+        for ref, metadata in bundle.blocks:
+            if metadata.num_rows is None:
+                raise SchemaError(
+                    f"block {ref} must carry its row count in its metadata, got none"
+                )
+            blocks.append((ref, metadata.num_rows))
+    return blocks
+
+
+def spark_schema(schema: pa.Schema) -> Any:
+    """The Spark ``StructType`` that ``tables_to_dataframe`` gives a result of this schema.
+
+    Example::
+
+        spark_schema(pa.schema([("id", pa.int64())]))
+        # StructType([StructField('id', LongType(), True)])
+    """
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    normalized = _spark_arrow_schema(schema)
+    return StructType(
+        [
+            StructField(field.name, from_arrow_type(field.type), nullable=field.nullable)
+            for field in normalized
+        ]
+    )
+
+
+def tables_to_dataframe(
+    spark: SparkSession, tables: TablesOrRefs, schema: pa.Schema
+) -> DataFrame:
+    """Build a Spark DataFrame from Arrow tables, or Ray references to Arrow tables.
+
+    Rows keep their order: the tables' order, then each table's row order. Every table is cast
+    to ``schema`` (columns picked by name); timestamps become microseconds (Spark's unit, finer
+    digits are dropped) and naive timestamps are read as UTC. No tables, or only empty ones,
+    give an empty DataFrame with the schema.
+
+    The converted blocks stay pinned in Ray's object store for the rest of the Spark session,
+    because the DataFrame reads them again on every action.
+
+    Example::
+
+        t = pa.table({"id": [1, 2, 3]})
+        tables_to_dataframe(spark, [t], t.schema).collect()    # [Row(id=1), Row(id=2), Row(id=3)]
+    """
+    import ray
+    from raydp.spark import get_raydp_master_owner, ray_dataset_to_spark_dataframe
+
+    target = _spark_arrow_schema(schema)
+    struct = spark_schema(schema)
+    if not tables:
+        return spark.createDataFrame([], struct)
+
+    if all(isinstance(table, pa.Table) for table in tables):
+        local = [_conform(table, target) for table in tables]  # type: ignore[arg-type]
+        groups = _contiguous_groups([table.nbytes for table in local])
+        blobs = [_ipc_bytes([local[i] for i in group]) for group in groups]
+        counts = [sum(local[i].num_rows for i in group) for group in groups]
+        block_refs = [ray.put(blob) for blob in blobs]
+    elif all(isinstance(table, ray.ObjectRef) for table in tables):
+        refs: list[ray.ObjectRef] = list(tables)  # type: ignore[arg-type]
+        groups = _contiguous_groups(_object_sizes(refs))
+        convert = _remote_conform_to_ipc()
+        pending = [convert.remote(target, *[refs[i] for i in group]) for group in groups]
+        block_refs = [blob_ref for blob_ref, _ in pending]
+        # Waiting for the counts here surfaces a bad table now, not at Spark's first action.
+        counts = ray.get([count_ref for _, count_ref in pending])
+    else:
+        kinds = sorted({type(table).__name__ for table in tables})
+        raise SchemaError(
+            "tables must all be pyarrow.Table or all ray.ObjectRef, got a mix of "
+            + ", ".join(kinds)
+        )
+
+    block_refs = [ref for ref, count in zip(block_refs, counts) if count > 0]
+    if not block_refs:
+        return spark.createDataFrame([], struct)
+
+    # The DataFrame holds only object IDs; the Spark master actor keeps the objects alive.
+    owner = get_raydp_master_owner(spark)
+    ray.get(owner.set_reference_as_state(ray.get_actor(owner.actor_name), block_refs))
+    # Blocks that are Arrow IPC bytes take RayDP's JVM path: executors decode them natively.
+    return ray_dataset_to_spark_dataframe(spark, target, block_refs)
+
+
+def _spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    fields = []
+    for field in schema:
+        data_type = field.type
+        if pa.types.is_timestamp(data_type):
+            # Spark's Arrow reader knows only microsecond timestamps.
+            data_type = pa.timestamp("us", tz=data_type.tz or "UTC")
+        elif pa.types.is_large_string(data_type):
+            data_type = pa.string()
+        elif pa.types.is_large_binary(data_type):
+            data_type = pa.binary()
+        fields.append(field.with_type(data_type))
+    return pa.schema(fields)
+
+
+def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
+    missing = [name for name in target.names if name not in table.column_names]
+    if missing:
+        raise SchemaError(
+            f"table must have columns {target.names}, got {table.column_names} "
+            f"(missing {missing})"
+        )
+    picked = table.select(target.names)
+    columns = []
+    for field, column in zip(target, picked.columns):
+        if column.type == field.type:
+            columns.append(column)
+            continue
+        try:
+            # Only timestamp precision may be dropped (ns -> us); other casts must be exact.
+            safe = not pa.types.is_timestamp(field.type)
+            columns.append(column.cast(field.type, safe=safe))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            raise SchemaError(
+                f"column {field.name!r} must be castable to {field.type}, got {column.type}: "
+                f"{error}"
+            ) from error
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def _ipc_bytes(tables: list[pa.Table]) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, tables[0].schema) as writer:
+        for table in tables:
+            writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _conform_to_ipc(target: pa.Schema, *tables: pa.Table) -> tuple[bytes, int]:
+    # Runs as a Ray task next to the blocks. Python bytes are stored in Ray's cross-language
+    # format, which the JVM executors can read.
+    conformed = [_conform(table, target) for table in tables]
+    return _ipc_bytes(conformed), sum(table.num_rows for table in conformed)
+
+
+@functools.cache
+def _remote_conform_to_ipc() -> Any:
+    import ray
+
+    # No CPU reserved: Spark's executors may hold every CPU, and the conversion must still run.
+    return ray.remote(num_cpus=0, num_returns=2)(_conform_to_ipc)
+
+
+def _object_sizes(refs: list[ray.ObjectRef]) -> list[int]:
+    from ray.experimental import get_object_locations
+
+    locations = get_object_locations(refs)
+    sizes = []
+    for ref in refs:
+        size = locations.get(ref, {}).get("object_size")
+        # Unknown sizes (a task still running) count as a full partition: safe, if coarse.
+        sizes.append(size if size is not None else _TARGET_PARTITION_BYTES)
+    return sizes
+
+
+def _contiguous_groups(sizes: list[int]) -> list[list[int]]:
+    groups: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for index, size in enumerate(sizes):
+        if current and current_bytes + size > _TARGET_PARTITION_BYTES:
+            groups.append(current)
+            current, current_bytes = [], 0
+        current.append(index)
+        current_bytes += size
+    if current:
+        groups.append(current)
+    return groups

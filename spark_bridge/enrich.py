@@ -1,0 +1,93 @@
+"""``enrich()``: a Spark DataFrame in, each row enriched by an external call, a DataFrame out.
+
+>>> async def segment(row):                                   # doctest: +SKIP
+...     async with http.get(f"{url}/user/{row['user_id']}") as r:
+...         return {"segment": (await r.json())["segment"]}
+>>> enriched = enrich(clicks, segment, capacity=200, timeout_ms=2_000)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from operators.errors import ConfigurationError, ResultTypeError, describe_value
+from operators.retry import RetryStrategy
+
+from .streams import from_spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["enrich"]
+
+
+def enrich(
+    df: "DataFrame",
+    fn: Callable[[dict[str, Any]], Any],
+    *,
+    output_schema: Any = None,
+    ordered: bool = True,
+    capacity: int = 100,
+    timeout_ms: int | None = 30_000,
+    retry: RetryStrategy | None = None,
+    fallback: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    parallelism: int | None = None,
+    on_error: Literal["fail", "dead_letter"] = "fail",
+    progress: bool = True,
+    job_name: str | None = None,
+) -> "DataFrame | tuple[DataFrame, DataFrame]":
+    """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
+
+    ``fn`` gets each row as a dict and returns a dict of new (or replaced) columns; the output
+    row is the input row updated with it. It may be an ``async def`` (run as coroutines on the
+    operator actors, ``capacity`` in flight per instance) or a plain blocking function (run in
+    micro-batched Ray tasks). Async I/O guarantees hold: ``ordered`` output keeps the input
+    order; a request that passes ``timeout_ms`` gets ``fallback`` (a dict or ``row -> dict``)
+    or fails; ``retry`` retries failures.
+
+    With ``on_error="fail"`` a failing row fails the job with an error that names the row; with
+    ``on_error="dead_letter"`` the result is ``(enriched, dead_letters)``, the second holding
+    the failed rows with ``error_type``, ``error``, ``attempts`` and ``operator``.
+    """
+    if not callable(fn):
+        raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
+    wrapped = _merge_rows(fn)
+    fallback_fn = None
+    if fallback is not None:
+        if isinstance(fallback, dict):
+            extra = dict(fallback)
+            fallback_fn = lambda row: [{**row, **extra}]  # noqa: E731
+        elif callable(fallback):
+            fallback_fn = lambda row: [{**row, **_check_dict(fallback(row), row, "fallback")}]  # noqa: E731
+        else:
+            raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
+    stream = from_spark(df, parallelism=parallelism, job_name=job_name).async_map(
+        wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
+        fallback=fallback_fn, on_error=on_error, name="enrich",
+    )
+    return stream.to_spark(output_schema, dead_letters=on_error == "dead_letter", progress=progress)
+
+
+def _check_dict(result: Any, row: dict[str, Any], what: str) -> dict[str, Any]:
+    if not isinstance(result, dict):
+        raise ResultTypeError(
+            f"the {what} function must return a dict of columns, got {type(result).__name__}: "
+            f"{describe_value(result)} for row {describe_value(row)}",
+            value=row,
+        )
+    return result
+
+
+def _merge_rows(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+
+        async def enrich_row(row: dict[str, Any]) -> list[dict[str, Any]]:
+            return [{**row, **_check_dict(await fn(row), row, "enrich")}]
+
+        return enrich_row
+
+    def enrich_row_blocking(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{**row, **_check_dict(fn(row), row, "enrich")}]
+
+    return enrich_row_blocking

@@ -1,0 +1,340 @@
+"""Start, reuse and stop Spark on Ray through RayDP.
+
+One process holds at most one RayDP Spark session. ``spark_session()`` starts it on first use and
+returns the same session afterwards; ``stop_spark()`` ends it. The session is configured so that
+RayDP works on JDK 17 and Spark's Python workers run the interpreter of this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from operators.errors import ActorflowError, ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "JVM_OPTIONS",
+    "SparkSessionError",
+    "ensure_ray",
+    "spark_session",
+    "stop_spark",
+]
+
+logger = logging.getLogger(__name__)
+
+# JDK 17 closes these packages to reflection, and Spark, Arrow and RayDP reach into them. Spark
+# adds most of them to its own JVMs, but not to RayDP's app master, and not all of them.
+_ADD_OPENS_PACKAGES = (
+    "java.lang",
+    "java.lang.invoke",
+    "java.io",
+    "java.net",
+    "java.nio",
+    "java.math",
+    "java.text",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
+)
+
+JVM_OPTIONS: str = " ".join(
+    ["-XX:+IgnoreUnrecognizedVMOptions"]
+    + [f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in _ADD_OPENS_PACKAGES]
+)
+"""The JVM options given to Spark's driver, its executors and RayDP's app master."""
+
+_JVM_OPTION_KEYS = (
+    "spark.driver.extraJavaOptions",
+    "spark.executor.extraJavaOptions",
+    "spark.ray.raydp_app_master.extraJavaOptions",
+)
+
+# Spark 3.5 runs on JDK 8, 11 and 17; other versions may work but are not what RayDP is tested on.
+_SUPPORTED_JAVA_MAJORS = (8, 11, 17)
+
+# RayDP's master shuts down its JVMs before it exits; this bounds the wait for it.
+_MASTER_STOP_TIMEOUT_S = 60.0
+
+_lock = threading.RLock()
+_session: SparkSession | None = None
+
+
+class SparkSessionError(ActorflowError):
+    """Spark on Ray could not be started, or its environment is unusable (no ``java``, ...)."""
+
+
+def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
+    """Connect this process to Ray unless it already is.
+
+    With ``address=None`` a local Ray starts inside this process (the embedded mode); otherwise
+    the process joins the cluster at ``address`` (``"auto"``, ``"10.0.0.5:6379"``, or a Ray
+    Client ``"ray://host:10001"``, which ``spark_session`` cannot use: RayDP needs a driver).
+    An already initialised Ray is kept as it is, whatever the arguments.
+
+    Example::
+
+        ensure_ray()                 # local Ray with every core of the machine
+        ensure_ray(num_cpus=2)       # no effect: Ray is already up
+    """
+    import ray
+
+    if num_cpus is not None and num_cpus <= 0:
+        raise ConfigurationError(f"num_cpus must be > 0, got {num_cpus}")
+    _prepare_process_environment()
+    if ray.is_initialized():
+        return
+    ray.init(
+        address=address,
+        # A cluster's workers do not inherit this process's environment; the variable stops the
+        # log echo loop described in _prepare_process_environment.
+        runtime_env=(
+            None if address is None else {"env_vars": {"RAY_LOG_TO_DRIVER": "0"}}
+        ),
+        # Only a local Ray may be sized from here; a cluster's resources are the cluster's.
+        num_cpus=num_cpus if address is None else None,
+        ignore_reinit_error=True,
+        logging_level=logging.WARNING,
+        # Worker prints (a user's function, an operator's warnings) should reach the notebook.
+        log_to_driver=True,
+    )
+
+
+def spark_session(
+    app_name: str = "actorflow",
+    *,
+    ray_address: str | None = None,
+    num_executors: int = 1,
+    executor_cores: int = 1,
+    executor_memory: str = "1g",
+    configs: dict[str, str] | None = None,
+) -> SparkSession:
+    """Return the Spark session running on Ray through RayDP, starting it if needed.
+
+    The first call starts Ray (see ``ensure_ray``; ``ray_address`` must not be a Ray Client
+    ``ray://`` address) and Spark; later calls return the running session and ignore their
+    arguments. A session started by calling ``raydp.init_spark`` directly is reused too.
+
+    Added to ``configs``: the JDK 17 ``JVM_OPTIONS`` (before any options given) and, unless
+    given, the UTC session time zone (so that event times read the same on every machine),
+    Arrow for pandas conversions, and no console progress bar.
+
+    Example::
+
+        spark = spark_session(num_executors=1, executor_memory="1g")
+        spark.range(3).count()       # 3
+        stop_spark()
+    """
+    global _session
+
+    if num_executors <= 0:
+        raise ConfigurationError(f"num_executors must be > 0, got {num_executors}")
+    if executor_cores <= 0:
+        raise ConfigurationError(f"executor_cores must be > 0, got {executor_cores}")
+    with _lock:
+        if _session is not None and _is_alive(_session):
+            return _session
+        _session = _shared_raydp_session()
+        if _session is not None:
+            return _session
+        _check_java()
+        ensure_ray(ray_address)
+
+        import raydp
+
+        try:
+            _session = raydp.init_spark(
+                app_name=app_name,
+                num_executors=num_executors,
+                executor_cores=executor_cores,
+                executor_memory=executor_memory,
+                configs=_spark_configs(configs),
+            )
+        except Exception as error:
+            raise SparkSessionError(
+                f"Spark on Ray did not start (app {app_name!r}, {num_executors} executor(s) of "
+                f"{executor_cores} core(s) and {executor_memory}): {error}"
+            ) from error
+        return _session
+
+
+def stop_spark() -> None:
+    """Stop the RayDP Spark session and its executors; Ray itself keeps running.
+
+    Calling it when no session runs does nothing.
+
+    Example::
+
+        spark = spark_session()
+        stop_spark()
+        stop_spark()                 # no effect
+    """
+    global _session
+
+    with _lock:
+        _session = None
+        if "raydp" not in sys.modules:
+            return
+        import ray
+        import raydp
+        from pyspark.sql import SparkSession
+
+        if not ray.is_initialized():
+            # The executors and the master actor died with Ray; only the local JVM is left.
+            active = SparkSession.getActiveSession()
+            if active is not None:
+                active.stop()
+            _forget_raydp_context()
+            return
+        master_name = _master_actor_name()
+        try:
+            raydp.stop_spark()
+        except Exception as error:  # noqa: BLE001 - stopping must not fail on half-dead parts
+            # RayDP forgets the session even when a part of it was already gone.
+            logger.warning("RayDP did not stop cleanly: %r", error)
+        if master_name is not None:
+            _wait_until_actor_gone(master_name)
+
+
+def _prepare_process_environment() -> None:
+    # Ray workers, RayDP's JVMs and Spark's Python workers inherit this process's environment.
+    # Spark's Python workers must run this interpreter, or they lack pyspark; and `ray` (for
+    # ray.util.spark) must be found on PATH.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # RayDP's Ray -> Spark path for blocks that are Arrow tables (ray.data.Dataset.to_spark)
+    # calls ray.init() inside Spark's Python workers. Those nested drivers would print every
+    # worker's log lines, their own included, which come back to them through the executor's
+    # log: an echo loop that floods the notebook.
+    os.environ.setdefault("RAY_LOG_TO_DRIVER", "0")
+    bin_dir = os.path.dirname(sys.executable)
+    path = os.environ.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        os.environ["PATH"] = bin_dir + (os.pathsep + path if path else "")
+
+
+def _spark_configs(configs: dict[str, str] | None) -> dict[str, str]:
+    merged = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    merged.update(configs or {})
+    for key in _JVM_OPTION_KEYS:
+        given = merged.get(key, "").strip()
+        merged[key] = f"{JVM_OPTIONS} {given}" if given else JVM_OPTIONS
+    return merged
+
+
+def _check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java")
+    if java is None:
+        raise SparkSessionError(
+            "Spark on Ray needs a JDK 17 'java' on PATH (for example: apt-get install "
+            f"openjdk-17-jdk-headless); got no 'java' on PATH={os.environ.get('PATH', '')!r}"
+        )
+    if java_home and not os.path.exists(os.path.join(java_home, "bin", "java")):
+        raise SparkSessionError(
+            f"JAVA_HOME must point to a JDK with bin/java, got JAVA_HOME={java_home!r} "
+            "without one"
+        )
+    try:
+        completed = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SparkSessionError(f"'{java} -version' must run, got {error!r}") from error
+    banner = completed.stderr + completed.stdout
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', banner)
+    if completed.returncode != 0 or match is None:
+        raise SparkSessionError(
+            f"'{java} -version' must print a Java version, got exit code "
+            f"{completed.returncode} and {banner.strip()[:200]!r}"
+        )
+    major = int(match.group(1))
+    if major == 1 and match.group(2):
+        major = int(match.group(2))  # "1.8.0_392" is Java 8
+    if major not in _SUPPORTED_JAVA_MAJORS:
+        logger.warning(
+            "Spark 3.5 on RayDP is tested with Java %s; found Java %d at %s",
+            "/".join(map(str, _SUPPORTED_JAVA_MAJORS)),
+            major,
+            java,
+        )
+
+
+def _is_alive(session: SparkSession) -> bool:
+    context = session.sparkContext
+    return getattr(context, "_jsc", None) is not None
+
+
+def _shared_raydp_session() -> SparkSession | None:
+    # RayDP allows one Spark per process; one started by calling raydp directly is shared.
+    if "raydp" not in sys.modules:
+        return None
+    import raydp.context
+    from pyspark.sql import SparkSession
+
+    if raydp.context._global_spark_context is None:
+        return None
+    active = SparkSession.getActiveSession()
+    if active is not None and _is_alive(active):
+        return active
+    # Its session was stopped behind RayDP's back (spark.stop()); RayDP would refuse to start
+    # another ("The spark environment has inited") until its own state is cleared.
+    stop_spark()
+    return None
+
+
+def _master_actor_name() -> str | None:
+    import raydp.context
+    from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
+
+    context = raydp.context._global_spark_context
+    if context is None:
+        return None
+    return str(context._app_name) + RAYDP_SPARK_MASTER_SUFFIX
+
+
+def _wait_until_actor_gone(name: str) -> None:
+    # RayDP stops its master actor without waiting for it. Until the actor is gone its name is
+    # taken, and starting a session with the same app name fails with "name ... already taken".
+    import ray
+
+    deadline = time.monotonic() + _MASTER_STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return
+        time.sleep(0.1)
+    logger.warning(
+        "RayDP's master actor %r was still alive %.0f s after stop; killing it",
+        name,
+        _MASTER_STOP_TIMEOUT_S,
+    )
+    try:
+        ray.kill(ray.get_actor(name))
+    except ValueError:
+        pass
+
+
+def _forget_raydp_context() -> None:
+    import raydp.context
+
+    with raydp.context._spark_context_lock:
+        raydp.context._global_spark_context = None

@@ -1,0 +1,147 @@
+"""``from_spark`` and ``to_spark``: Spark DataFrames in and out of an actorflow pipeline.
+
+>>> stream = from_spark(df, timestamp_column="ts", parallelism=2)     # doctest: +SKIP
+>>> out = stream.async_map(lookup, capacity=100).to_spark()             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import ray
+
+from actors.source_actor import event_time_ms
+from cluster.datastream import DataStream
+from cluster.job import JobResult
+from cluster.job_graph import JobGraph, SourceNode
+from operators.async_wait_operator import DEAD_LETTER, DeadLetter
+from operators.errors import ConfigurationError, SchemaError
+
+from .arrow_io import dataframe_to_dataset, dataset_block_refs, tables_to_dataframe
+from .session import ensure_ray
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["SparkDataStream", "from_spark", "to_arrow_schema"]
+
+#: Columns of a dead-letter DataFrame, after the input's own columns.
+DEAD_LETTER_FIELDS = [
+    pa.field("error_type", pa.string()),
+    pa.field("error", pa.string()),
+    pa.field("attempts", pa.int64()),
+    pa.field("operator", pa.string()),
+]
+
+
+def to_arrow_schema(schema: Any) -> pa.Schema:
+    """Accept a ``pyarrow.Schema``, a Spark ``StructType`` or a Spark DDL string."""
+    if schema is None or isinstance(schema, pa.Schema):
+        return schema
+    from pyspark.sql.pandas.types import to_arrow_schema as spark_to_arrow
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    if isinstance(schema, str):
+        schema = _parse_datatype_string(schema)
+    if isinstance(schema, StructType):
+        return spark_to_arrow(schema)
+    raise ConfigurationError(f"output_schema must be a pyarrow.Schema, a Spark StructType or a DDL string, got {type(schema).__name__}")
+
+
+class SparkDataStream(DataStream):
+    """A ``DataStream`` read from a Spark DataFrame, which can be written back to one."""
+
+    _spark: "SparkSession"
+    _input_schema: pa.Schema
+    _dataset: Any
+
+    def _with(self, node: Any) -> "SparkDataStream":
+        stream = super()._with(node)
+        stream._spark, stream._input_schema, stream._dataset = self._spark, self._input_schema, self._dataset
+        return stream
+
+    def to_spark(
+        self, output_schema: Any = None, *, dead_letters: bool = False, progress: bool = True
+    ) -> "DataFrame | tuple[DataFrame, DataFrame]":
+        """Run the pipeline; return its output as a DataFrame (and the dead letters, if asked)."""
+        schema = to_arrow_schema(output_schema)
+        result = self.execute(output_schema=schema, progress=progress)
+        self.last_result = result
+        out = result_to_dataframe(self._spark, result, schema, self._input_schema)
+        if not dead_letters:
+            letters = result.side_outputs.get(DEAD_LETTER, [])
+            if letters:
+                raise ConfigurationError(
+                    f"{len(letters)} records went to dead letters; call to_spark(dead_letters=True) to get them"
+                )
+            return out
+        return out, dead_letters_to_dataframe(self._spark, result.side_outputs.get(DEAD_LETTER, []), self._input_schema)
+
+
+def result_to_dataframe(spark: "SparkSession", result: JobResult, schema: pa.Schema | None, fallback: pa.Schema) -> "DataFrame":
+    """The job's output as a DataFrame; without ``schema``, the union of the channels' schemas."""
+    present = [ref for ref, s in zip(result.tables, result.schemas) if s is not None]
+    if schema is None:
+        schemas = [s for s in result.schemas if s is not None]
+        schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else fallback
+    return tables_to_dataframe(spark, present, schema)
+
+
+def dead_letters_to_dataframe(spark: "SparkSession", letters: list[DeadLetter], input_schema: pa.Schema) -> "DataFrame":
+    schema = pa.schema(list(input_schema) + DEAD_LETTER_FIELDS)
+    rows = []
+    for letter in letters:
+        row = dict(letter.value) if isinstance(letter.value, dict) else {"value": letter.value}
+        row.update(error_type=letter.error_type, error=letter.error, attempts=letter.attempts, operator=letter.operator)
+        rows.append(row)
+    table = pa.Table.from_pylist(rows, schema=schema)
+    return tables_to_dataframe(spark, [table], schema)
+
+
+def from_spark(
+    df: "DataFrame",
+    *,
+    timestamp_column: str | None = None,
+    out_of_orderness_ms: int = 0,
+    parallelism: int | None = None,
+    batch_size: int = 2048,
+    job_name: str | None = None,
+) -> SparkDataStream:
+    """A stream over the rows of ``df``, in order, split over ``parallelism`` source readers.
+
+    With ``timestamp_column``, each record carries its event time (a timestamp, date or integer
+    milliseconds column; nulls are rejected here, naming the column and the count), and the
+    sources emit watermarks that trail the largest time seen by ``out_of_orderness_ms``.
+    """
+    ensure_ray()
+    if parallelism is None:
+        parallelism = default_parallelism()
+    if timestamp_column is not None:
+        if timestamp_column not in df.columns:
+            raise SchemaError(f"event-time column {timestamp_column!r} not found; the DataFrame has {df.columns}")
+        nulls = df.filter(df[timestamp_column].isNull()).count()
+        if nulls:
+            raise SchemaError(
+                f"column {timestamp_column!r} holds nulls in {nulls} rows; event time needs a timestamp on every record"
+            )
+    dataset = dataframe_to_dataset(df)
+    blocks = dataset_block_refs(dataset)
+    input_schema = _input_schema(df)
+    if timestamp_column is not None:
+        event_time_ms(input_schema.empty_table(), timestamp_column)  # the type check
+    source = SourceNode([b for b, _ in blocks], [n for _, n in blocks], parallelism, timestamp_column,
+                        out_of_orderness_ms, batch_size)
+    stream = SparkDataStream(JobGraph(source), job_name=job_name)
+    stream._spark, stream._input_schema, stream._dataset = df.sparkSession, input_schema, dataset
+    return stream
+
+
+def default_parallelism() -> int:
+    return max(1, min(4, int(ray.cluster_resources().get("CPU", 1))))
+
+
+def _input_schema(df: "DataFrame") -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema as spark_to_arrow
+
+    return spark_to_arrow(df.schema)
