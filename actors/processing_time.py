@@ -15,6 +15,10 @@ __all__ = ["AsyncioProcessingTimeService"]
 class _LoopTimerHandle(TimerHandle):
     __slots__ = ("loop_handle",)
 
+    def __init__(self, timestamp_ms: int) -> None:
+        super().__init__(timestamp_ms)
+        self.loop_handle: asyncio.TimerHandle | None = None
+
     def cancel(self) -> None:
         super().cancel()
         if self.loop_handle is not None:
@@ -34,7 +38,6 @@ class AsyncioProcessingTimeService:
 
     def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
         handle = _LoopTimerHandle(timestamp_ms)
-        handle.loop_handle = None
         delay_s = max(0.0, (timestamp_ms - self._clock.now_ms()) / 1000.0)
 
         def fire() -> None:

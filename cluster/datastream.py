@@ -86,7 +86,7 @@ class DataStream:
         Ray tasks). ``fallback(value) -> list`` answers for a record whose deadline passed.
         """
         kind = _function_kind(fn)
-        mode = "ordered" if ordered else "unordered"
+        mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
         # Validate now (at construction), not in the actor at the first record.
         AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error)
         if fallback is not None and not callable(fallback):
@@ -97,9 +97,9 @@ class DataStream:
             if kind == "blocking":
                 from actors.task_function import RayTaskFunction  # only inside the actor
 
-                function = RayTaskFunction(fn, capacity=capacity, max_tasks=max_tasks)
+                function = RayTaskFunction(fn, capacity=capacity, max_tasks=max_tasks)  # type: ignore[arg-type]
             elif kind == "coroutine":
-                function = CoroutineFunction(fn)
+                function = CoroutineFunction(fn)  # type: ignore[arg-type]
             else:
                 function = fn  # type: ignore[assignment]
             if fallback is not None:

@@ -287,6 +287,7 @@ class AsyncWaitOperator(StreamOperator):
             if isinstance(entry, WatermarkEntry):
                 items.append(("watermark", entry.watermark.timestamp_ms))
             else:
+                assert isinstance(entry, RecordEntry)
                 handler: _ElementHandler = entry.handler
                 remaining = None if handler.deadline_ms is None else max(0, handler.deadline_ms - now)
                 items.append(("record", entry.record.value, entry.record.timestamp_ms, handler.snapshot_attempt(), remaining))

@@ -46,7 +46,11 @@ class AsyncioCoroutineRunner:
             on_done(None if error is not None else t.result(), error)
 
         task.add_done_callback(done)
-        return task.cancel
+
+        def cancel() -> None:
+            task.cancel()
+
+        return cancel
 
 
 class _CollectingOutput:

@@ -133,7 +133,7 @@ class _FunctionOperator(StreamOperator):
         if not callable(fn):
             raise ConfigurationError(f"expected a callable, got {type(fn).__name__}")
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", type(self).__name__)
+        self.name = str(name or getattr(fn, "__name__", type(self).__name__))
 
     def _call(self, record: Record) -> Any:
         try:
