@@ -190,16 +190,21 @@ class TimerService:
                 self._triggerable.on_processing_time(timer)
         while heap and heap[0][2] not in self._proc:
             heapq.heappop(heap)
+        # A callback may have registered a timer, and with it an underlying one: keep one only.
         if heap and self._processing_time is not None:
-            self._scheduled = self._processing_time.register_timer(heap[0][0], self._on_processing_time)
+            if self._scheduled is None or heap[0][0] < self._scheduled.timestamp_ms:
+                if self._scheduled is not None:
+                    self._scheduled.cancel()
+                self._scheduled = self._processing_time.register_timer(heap[0][0], self._on_processing_time)
 
     # -------------------------------------------------------------------- state
 
     def event_time_timers(self) -> list[Timer]:
-        return sorted(self._event)
+        # Keys need only be hashable, not comparable: order by time, ties in registration order.
+        return _live(self._event_heap, self._event)
 
     def processing_time_timers(self) -> list[Timer]:
-        return sorted(self._proc, key=lambda t: t.timestamp_ms)
+        return _live(self._proc_heap, self._proc)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -214,3 +219,14 @@ class TimerService:
         for ts, key, ns in state["processing"]:
             self.register_processing_time_timer(ts, key, ns)
         self.current_watermark_ms = state["watermark"]
+
+
+def _live(heap: list[tuple[int, int, Timer]], registered: set[Timer]) -> list[Timer]:
+    """Registered timers in firing order; a deleted and re-registered timer appears once."""
+    out: list[Timer] = []
+    seen: set[Timer] = set()
+    for _, _, timer in sorted(heap, key=lambda e: e[:2]):
+        if timer in registered and timer not in seen:
+            seen.add(timer)
+            out.append(timer)
+    return out

@@ -386,3 +386,20 @@ def test_snapshot_works_with_keys_that_do_not_order_against_each_other():
     assert sorted(map(repr, snapshot["event"])) == sorted(
         map(repr, [(10, None, None), (10, "user-1", None), (10, ("user", 2), None)])
     )
+
+
+def test_a_deleted_and_reregistered_timer_is_snapshotted_once():
+    from operators import TimerService
+
+    class Ignore:
+        def on_event_time(self, timer):
+            pass
+
+        def on_processing_time(self, timer):
+            pass
+
+    service = TimerService(Ignore(), processing_time=None)
+    service.register_event_time_timer(10, "k")
+    service.delete_event_time_timer(10, "k")
+    service.register_event_time_timer(10, "k")
+    assert service.snapshot()["event"] == [(10, "k", None)]
