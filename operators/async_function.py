@@ -12,7 +12,6 @@ future later, from any thread or coroutine, with a list of results or an excepti
 from __future__ import annotations
 
 import inspect
-import threading
 from typing import Any, Callable, Sequence
 
 from .errors import AsyncTimeoutError, ConfigurationError, ResultTypeError, describe_value
@@ -27,17 +26,18 @@ class ResultFuture:
     the outcome is delivered to the operator as a mail.
     """
 
-    __slots__ = ("_lock", "_done", "_deliver", "_cancel_hooks")
+    __slots__ = ("_token", "_deliver", "_cancel_hooks")
 
     def __init__(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> None:
-        self._lock = threading.Lock()
-        self._done = False
+        # Completing takes the single token; list.pop() is atomic, so of two racing threads
+        # exactly one wins, without the cost of a lock per request.
+        self._token = [True]
         self._deliver = deliver
-        self._cancel_hooks: list[Callable[[], None]] = []
+        self._cancel_hooks: list[Callable[[], None]] | None = None
 
     @property
     def done(self) -> bool:
-        return self._done
+        return not self._token
 
     def complete(self, results: Sequence[Any]) -> None:
         """Complete with a list (or tuple) of results; an empty list means "no output"."""
@@ -57,22 +57,23 @@ class ResultFuture:
 
     def add_cancel_hook(self, hook: Callable[[], None]) -> None:
         """Called when the operator abandons this attempt (its deadline passed)."""
+        if self._cancel_hooks is None:
+            self._cancel_hooks = []
         self._cancel_hooks.append(hook)
 
     def abandon(self) -> None:
         """Stop listening for this attempt, and cancel the work behind it if possible."""
-        with self._lock:
-            self._done = True
-        for hook in self._cancel_hooks:
+        self._claim()
+        hooks, self._cancel_hooks = self._cancel_hooks, None
+        for hook in hooks or ():
             hook()
-        self._cancel_hooks.clear()
 
     def _claim(self) -> bool:
-        with self._lock:
-            if self._done:
-                return False
-            self._done = True
+        try:
+            self._token.pop()
             return True
+        except IndexError:
+            return False
 
 
 class AsyncFunction:

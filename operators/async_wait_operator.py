@@ -258,7 +258,8 @@ class AsyncWaitOperator(StreamOperator):
         if self.copy_inputs and not isinstance(record.value, _IMMUTABLE):
             # The snapshot holds the input; a caller that mutates it later must not change that.
             record = Record(copy.deepcopy(record.value), record.timestamp_ms)
-        self._add(_Pending(record))
+        if self._waiting or not self._try_start_record(record, 1, None):
+            self._waiting.append(_Pending(record))
 
     def process_watermark(self, watermark: Watermark) -> None:
         self._add(_Pending(watermark))
@@ -313,16 +314,19 @@ class AsyncWaitOperator(StreamOperator):
                 return False
             self._emit_completed()
             return True
-        entry = RecordEntry(element)
+        return self._try_start_record(element, pending.attempt, pending.remaining_ms)
+
+    def _try_start_record(self, record: Record, attempt: int, remaining_ms: int | None) -> bool:
+        entry = RecordEntry(record)
         if not self.queue.try_put(entry):
             return False
-        if pending.remaining_ms is not None:
-            deadline = self.context.processing_time.now_ms() + pending.remaining_ms
+        if remaining_ms is not None:
+            deadline: int | None = self.context.processing_time.now_ms() + remaining_ms
         elif self.timeout_ms is not None:
             deadline = self.context.processing_time.now_ms() + self.timeout_ms
         else:
             deadline = None
-        entry.handler = _ElementHandler(self, entry, pending.attempt, deadline)
+        entry.handler = _ElementHandler(self, entry, attempt, deadline)
         entry.handler.start()
         return True
 

@@ -37,20 +37,19 @@ class AsyncioCoroutineRunner:
         self._loop = loop
 
     def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]:
-        task = self._loop.create_task(coro)
+        # Reporting from inside the task saves the loop round of a done-callback per request.
+        return self._loop.create_task(_report(coro, on_done)).cancel
 
-        def done(t: asyncio.Task[Any]) -> None:
-            if t.cancelled():
-                return  # cancelled because its attempt was abandoned: nobody listens
-            error = t.exception()
-            on_done(None if error is not None else t.result(), error)
 
-        task.add_done_callback(done)
-
-        def cancel() -> None:
-            task.cancel()
-
-        return cancel
+async def _report(coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> None:
+    try:
+        result = await coro
+    except asyncio.CancelledError:
+        raise  # its attempt was abandoned: nobody listens
+    except Exception as error:
+        on_done(None, error)
+    else:
+        on_done(result, None)
 
 
 class _CollectingOutput:

@@ -170,12 +170,17 @@ class MailboxProcessor:
         while self._process_mail():
             self._default_action(self._controller)
 
-    async def run_mailbox_loop_async(self, *, rounds_per_yield: int = 1) -> None:
+    async def run_mailbox_loop_async(self, *, mails_per_round: int | None = None) -> None:
         """The same loop on an asyncio event loop, which it shares with coroutines.
 
         The mailbox must be bound to the loop's thread. The loop gives way to the event loop
-        after every ``rounds_per_yield`` rounds, and awaits a put instead of blocking when
-        there is nothing to run, so coroutines on the same loop keep running.
+        after every round, and awaits a put instead of blocking when there is nothing to run,
+        so coroutines on the same loop keep running.
+
+        ``mails_per_round`` caps the mails of the batch run before the default action gets its
+        turn (the rest of the batch runs first in the next round). Without a cap, a burst of
+        async results is all handled before the first freed slot takes a new request, which
+        puts the handling time and the request latency end to end instead of side by side.
         """
         self._check_thread("run_mailbox_loop_async")
         loop = asyncio.get_running_loop()
@@ -189,35 +194,34 @@ class MailboxProcessor:
 
         self.mailbox.add_listener(on_put)
         try:
-            await self._run_async_rounds(wake, rounds_per_yield)
+            await self._run_async_rounds(wake, mails_per_round)
         finally:
             # A put after the loop is gone must not reach a closed event loop.
             self.mailbox.remove_listener(on_put)
 
-    async def _run_async_rounds(self, wake: asyncio.Event, rounds_per_yield: int) -> None:
+    async def _run_async_rounds(self, wake: asyncio.Event, mails_per_round: int | None) -> None:
         self._loop_running = not self._completed
-        rounds = 0
+        mailbox = self.mailbox
         while self._loop_running:
-            # Run the batch; then, while the default action is suspended, wait for mails.
-            if self.mailbox.create_batch():
-                while self._loop_running:
-                    mail = self.mailbox.try_take_from_batch()
+            # Run (part of) the batch; while the default action is suspended, wait for mails.
+            if mailbox.create_batch():
+                ran = 0
+                while self._loop_running and (mails_per_round is None or ran < mails_per_round):
+                    mail = mailbox.try_take_from_batch()
                     if mail is None:
                         break
                     mail.run()
+                    ran += 1
             if not self._loop_running:
                 break
-            if self._suspension is not None:
-                if not self.mailbox.has_mail():
-                    wake.clear()
-                    if not self.mailbox.has_mail():
-                        await wake.wait()
+            if self._suspension is None:
+                self._default_action(self._controller)
+            elif not mailbox.has_mail():
+                wake.clear()
+                if not mailbox.has_mail() and self._suspension is not None:
+                    await wake.wait()
                 continue
-            self._default_action(self._controller)
-            rounds += 1
-            if rounds >= rounds_per_yield:
-                rounds = 0
-                await asyncio.sleep(0)
+            await asyncio.sleep(0)
 
     def step(self) -> bool:
         """Run one mail, or else one default action. False when there is nothing to do."""

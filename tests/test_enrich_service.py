@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
 import time
 from collections import Counter
@@ -159,3 +160,16 @@ def test_invalid_settings_are_rejected_at_construction(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         EnrichmentService(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "error_type", [EnrichmentServiceError, TransientServiceError, NotFoundError]
+)
+def test_errors_survive_pickling_as_they_cross_processes(
+    error_type: type[EnrichmentServiceError],
+) -> None:
+    # Ray and Spark pickle an exception to hand it to another process.
+    error = pickle.loads(pickle.dumps(error_type(-3, 404, "no user -3")))
+    assert type(error) is error_type
+    assert (error.user_id, error.status, error.body) == (-3, 404, "no user -3")
+    assert str(error) == "GET /user/-3: expected status 200, got 404 'no user -3'"
