@@ -55,6 +55,7 @@ class ChainSpec:
     outbox_capacity: int = 8
     credits: int = 4
     rows_per_round: int = 256
+    mails_per_round: int = 4
     linger_ms: int = 20
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -154,7 +155,7 @@ class OperatorActor:
 
     async def _run(self) -> dict[str, Any]:
         try:
-            await self.processor.run_mailbox_loop_async()
+            await self.processor.run_mailbox_loop_async(mails_per_round=self.spec.mails_per_round)
             self._output.flush()
             self._outbox.broadcast("end", None)
             await self._outbox.close()
