@@ -178,6 +178,7 @@ class _ElementHandler:
 
     def finish(self, kind: str, payload: Any) -> None:
         self.state = _State.DONE
+        self.future = None  # its delivery closure refers back to this handler
         if self.timeout_timer is not None:
             self.timeout_timer.cancel()
         if self.retry_timer is not None:
@@ -365,7 +366,12 @@ class AsyncWaitOperator(StreamOperator):
         freed = False
         while True:
             while self.queue.has_completed_elements():
-                self._emit(self.queue.pop_completed())
+                entry = self.queue.pop_completed()
+                self._emit(entry)
+                if isinstance(entry, RecordEntry):
+                    # Entry and handler refer to each other; break the cycle so that reference
+                    # counting frees them now, not the cyclic garbage collector later.
+                    entry.handler = None
                 freed = True
             if not self._waiting:
                 break

@@ -1,0 +1,219 @@
+"""actorflow's async I/O against Spark and Ray Data, on the same input, cores and service.
+
+Every system calls the simulated service of :mod:`benchmarks.profiles` once per record, with C
+requests in flight per instance and P = 2 instances, for two latency profiles (constant 20 ms;
+lognormal, median 20 ms, p99 200 ms) and two concurrency levels (C = 100 and C = 1000).
+Measured in one run:
+
+- actorflow, the async stage alone (input already in Ray's object store, so only the stage is
+  timed): unordered and ordered with an ``async def``, and a blocking function on Ray tasks;
+- actorflow, DataFrame -> DataFrame through ``enrich()``;
+- Spark ``mapInPandas`` with a thread pool of C threads per partition, P partitions;
+- Ray Data ``map_batches`` with an async callable class, P actors, C calls in flight each;
+- the bound: min(P * C / mean latency, P * the requests/s of a bare asyncio loop on one core).
+
+Stage figures run from the first call's issue to the last call's completion; DataFrame figures
+from the input DataFrame to a materialised output DataFrame, checked row by row. The last line
+printed is one JSON object.
+
+    python -m benchmarks.enrich            # N = 200,000
+    python -m benchmarks.enrich --quick    # N = 50,000
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import click
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benchmarks import profiles
+from benchmarks.baselines import (
+    _materialize,
+    _measure,
+    _output_schema,
+    _RssSampler,
+    make_events,
+    ray_data_async,
+    spark_threadpool,
+)
+from benchmarks.profiles import LatencyProfile, get_profile
+
+P = 2
+
+
+def _async_call(profile: LatencyProfile) -> Any:
+    async def call(row: dict[str, Any]) -> list[dict[str, Any]]:
+        issued_at = time.time()
+        started = time.perf_counter()
+        result = await profile.async_call(row["id"])
+        return [{"id": row["id"], "result": result,
+                 "latency_ms": (time.perf_counter() - started) * 1000.0, "issued_at": issued_at}]
+
+    return call
+
+
+def _blocking_call(profile: LatencyProfile) -> Any:
+    def call(row: dict[str, Any]) -> list[dict[str, Any]]:
+        issued_at = time.time()
+        started = time.perf_counter()
+        result = profile.blocking_call(row["id"])
+        return [{"id": row["id"], "result": result,
+                 "latency_ms": (time.perf_counter() - started) * 1000.0, "issued_at": issued_at}]
+
+    return call
+
+
+def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: int, *, kind: str) -> dict[str, Any]:
+    """The async stage alone: its input is already in the object store."""
+    from cluster import from_arrow
+
+    n = sum(t.num_rows for t in tables)
+    fn = _blocking_call(profile) if kind == "tasks" else _async_call(profile)
+    stream = from_arrow(tables, parallelism=P, job_name=f"bench-{kind}").async_map(
+        fn, ordered=kind == "ordered", capacity=capacity, parallelism=P
+    )
+    with _RssSampler() as rss:
+        started = time.perf_counter()
+        result = stream.execute(progress=False)
+        seconds = time.perf_counter() - started
+    out = result.to_arrow()
+    ids = out.column("id").to_numpy()
+    if len(ids) != n or len(np.unique(ids)) != n or not pc.all(pc.equal(out["result"], pc.add(pc.multiply(out["id"], 31), 7))).as_py():
+        raise AssertionError(f"actorflow {kind}: expected each of {n} ids once, called; got {len(ids)} rows")
+    if kind == "ordered" and not bool(np.all(np.diff(ids) > 0)):
+        raise AssertionError("actorflow ordered: output is not in input order")
+    first = pc.min(out["issued_at"]).as_py()
+    last = pc.max(pc.add(out["issued_at"], pc.divide(out["latency_ms"], 1000.0))).as_py()
+    latencies = out.column("latency_ms").to_numpy()
+    return {
+        "system": f"actorflow_{kind}",
+        "n": n,
+        "stage_records_per_s": round(n / (last - first), 1),
+        "job_seconds": round(seconds, 3),
+        "job_records_per_s": round(n / seconds, 1),
+        "p50_ms": round(float(np.percentile(latencies, 50)), 2),
+        "p99_ms": round(float(np.percentile(latencies, 99)), 2),
+        "peak_rss_mb": round(rss.peak_mb, 1),
+    }
+
+
+def _actorflow_enrich_once(df: Any, profile: LatencyProfile, capacity: int, parallelism: int) -> tuple[Any, float, dict[str, Any]]:
+    from spark_bridge import enrich
+
+    call = _async_call(profile)
+
+    async def columns(row: dict[str, Any]) -> dict[str, Any]:
+        [out] = await call(row)
+        return {"result": out["result"], "latency_ms": out["latency_ms"], "issued_at": out["issued_at"]}
+
+    started = time.perf_counter()
+    out = enrich(df, columns, capacity=capacity, parallelism=parallelism, output_schema=_output_schema(df), progress=False)
+    out = _materialize(out)
+    return out, time.perf_counter() - started, {}
+
+
+def actorflow_end_to_end(df: Any, profile: LatencyProfile, capacity: int) -> dict[str, Any]:
+    return _measure("actorflow_enrich", _actorflow_enrich_once, df, profile, capacity, P, True)
+
+
+def _arrow_input(n: int, parts: int = 16) -> list[pa.Table]:
+    ids = pa.array(np.arange(n, dtype=np.int64))
+    table = pa.table({"id": ids, "user": pc.divide(ids, 7), "payload": pa.array([f"event-{i}" for i in range(n)])})
+    step = -(-n // parts)
+    return [table.slice(i, step) for i in range(0, n, step)]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+@click.command()
+@click.option("--quick", is_flag=True, help="N = 50,000 instead of 200,000")
+@click.option("--n", "n_override", type=int, default=None, help="records per run")
+def main(quick: bool, n_override: int | None) -> None:
+    from spark_bridge.session import ensure_ray, spark_session, stop_spark
+
+    n = n_override or (50_000 if quick else 200_000)
+    # Logical CPUs: P for RayDP's executor cores (Spark's task slots), P for Ray Data's actors.
+    ensure_ray(num_cpus=2 * P)
+    spark = spark_session("actorflow-bench", num_executors=1, executor_cores=P)
+    bare = profiles.bare_asyncio_rps()
+    print(f"bare asyncio loop: {bare:,.0f} requests/s on one core; N = {n:,}, P = {P}, {os.cpu_count()} cores", flush=True)
+    tables = _arrow_input(n)
+    df = make_events(spark, n)
+    results: list[dict[str, Any]] = []
+    try:
+        for profile_name in profiles.PROFILES:
+            profile = get_profile(profile_name)
+            mean_ms = profile.mean_latency_ms(n)
+            for capacity in (100, 1000):
+                bound = min(P * capacity / mean_ms * 1000.0, P * bare)
+                row: dict[str, Any] = {"profile": profile_name, "capacity": capacity, "mean_latency_ms": round(mean_ms, 2),
+                                       "bound_rps": round(bound, 1)}
+                for kind in ("unordered", "ordered", "tasks"):
+                    stage = actorflow_stage(tables, profile, capacity, kind=kind)
+                    row[f"actorflow_{kind}_rps"] = stage["stage_records_per_s"]
+                    row[f"actorflow_{kind}"] = stage
+                    print(f"  {profile_name} C={capacity} actorflow {kind}: {stage}", flush=True)
+                for name, run in (("actorflow_end_to_end", lambda: actorflow_end_to_end(df, profile, capacity)),
+                                  ("spark_threadpool", lambda: spark_threadpool(df, profile, capacity, P)),
+                                  ("ray_data", lambda: ray_data_async(df, profile, capacity, P))):
+                    figures = run()
+                    row[f"{name}_rps"] = figures["records_per_s"]
+                    row[f"{name}_stage_rps"] = figures["call_phase_records_per_s"]
+                    row[name] = figures
+                    print(f"  {profile_name} C={capacity} {name}: {figures}", flush=True)
+                row["ratios"] = {
+                    "unordered_vs_bound": _ratio(row["actorflow_unordered_rps"], bound),
+                    "ordered_vs_bound": _ratio(row["actorflow_ordered_rps"], bound),
+                    "tasks_vs_bound": _ratio(row["actorflow_tasks_rps"], bound),
+                    "end_to_end_vs_spark": _ratio(row["actorflow_end_to_end_rps"], row["spark_threadpool_rps"]),
+                    "end_to_end_vs_ray_data": _ratio(row["actorflow_end_to_end_rps"], row["ray_data_rps"]),
+                }
+                results.append(row)
+                _print_row(row)
+    finally:
+        stop_spark()
+
+    def pick(profile_name: str, capacity: int) -> dict[str, Any]:
+        return next(r for r in results if r["profile"] == profile_name and r["capacity"] == capacity)
+
+    constant, lognormal = pick("constant", 100), pick("lognormal", 100)
+    summary = {
+        "n": n,
+        "parallelism": P,
+        "bare_asyncio_rps": round(bare, 1),
+        "bound_rps": constant["bound_rps"],
+        "actorflow_unordered_rps": constant["actorflow_unordered_rps"],
+        "actorflow_ordered_rps": constant["actorflow_ordered_rps"],
+        "actorflow_tasks_rps": constant["actorflow_tasks_rps"],
+        "actorflow_end_to_end_rps": lognormal["actorflow_end_to_end_rps"],
+        "spark_threadpool_rps": lognormal["spark_threadpool_rps"],
+        "ray_data_rps": lognormal["ray_data_rps"],
+        "profiles": [
+            {k: v for k, v in r.items() if not isinstance(v, dict) or k == "ratios"} for r in results
+        ],
+    }
+    print(json.dumps(summary))
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    r = row["ratios"]
+    print(
+        f"{row['profile']:>9} C={row['capacity']:<5} bound {row['bound_rps']:>9,.0f}/s | stage: unordered "
+        f"{row['actorflow_unordered_rps']:>8,.0f} ({r['unordered_vs_bound']}x) ordered {row['actorflow_ordered_rps']:>8,.0f} "
+        f"({r['ordered_vs_bound']}x) tasks {row['actorflow_tasks_rps']:>8,.0f} ({r['tasks_vs_bound']}x) | DataFrame: "
+        f"actorflow {row['actorflow_end_to_end_rps']:>8,.0f} spark {row['spark_threadpool_rps']:>8,.0f} "
+        f"ray data {row['ray_data_rps']:>8,.0f} ({r['end_to_end_vs_spark']}x spark, {r['end_to_end_vs_ray_data']}x ray data)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
