@@ -38,7 +38,12 @@ class AsyncioCoroutineRunner:
 
     def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]:
         # Reporting from inside the task saves the loop round of a done-callback per request.
-        return self._loop.create_task(_report(coro, on_done)).cancel
+        task = self._loop.create_task(_report(coro, on_done))
+
+        def cancel() -> None:
+            task.cancel()
+
+        return cancel
 
 
 async def _report(coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> None:
