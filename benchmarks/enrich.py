@@ -7,7 +7,8 @@ Measured in one run:
 
 - actorflow, the async stage alone (input already in Ray's object store, so only the stage is
   timed): unordered and ordered with an ``async def``, and a blocking function on Ray tasks;
-- actorflow, DataFrame -> DataFrame through ``enrich()``;
+- actorflow, DataFrame -> DataFrame through ``enrich()``, unordered (``actorflow_end_to_end``,
+  like Ray Data, which does not keep order) and ordered (``actorflow_end_to_end_ordered``);
 - Spark ``mapInPandas`` with a thread pool of C threads per partition, P partitions;
 - Ray Data ``map_batches`` with an async callable class, P actors, C calls in flight each;
 - the bound: min(P * C / mean latency, P * the requests/s of a bare asyncio loop on one core).
@@ -103,7 +104,9 @@ def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: i
     }
 
 
-def _actorflow_enrich_once(df: Any, profile: LatencyProfile, capacity: int, parallelism: int) -> tuple[Any, float, dict[str, Any]]:
+def _actorflow_enrich_once(
+    df: Any, profile: LatencyProfile, capacity: int, parallelism: int, *, ordered: bool
+) -> tuple[Any, float, dict[str, Any]]:
     from spark_bridge import enrich
 
     call = _async_call(profile)
@@ -113,13 +116,18 @@ def _actorflow_enrich_once(df: Any, profile: LatencyProfile, capacity: int, para
         return {"result": out["result"], "latency_ms": out["latency_ms"], "issued_at": out["issued_at"]}
 
     started = time.perf_counter()
-    out = enrich(df, columns, capacity=capacity, parallelism=parallelism, output_schema=_output_schema(df), progress=False)
+    out = enrich(df, columns, ordered=ordered, capacity=capacity, parallelism=parallelism,
+                 output_schema=_output_schema(df), progress=False)
     out = _materialize(out)
     return out, time.perf_counter() - started, {}
 
 
-def actorflow_end_to_end(df: Any, profile: LatencyProfile, capacity: int) -> dict[str, Any]:
-    return _measure("actorflow_enrich", _actorflow_enrich_once, df, profile, capacity, P, True)
+def actorflow_end_to_end(df: Any, profile: LatencyProfile, capacity: int, *, ordered: bool) -> dict[str, Any]:
+    def once(df: Any, profile: LatencyProfile, capacity: int, parallelism: int) -> tuple[Any, float, dict[str, Any]]:
+        return _actorflow_enrich_once(df, profile, capacity, parallelism, ordered=ordered)
+
+    name = "actorflow_enrich_ordered" if ordered else "actorflow_enrich_unordered"
+    return _measure(name, once, df, profile, capacity, P, True)
 
 
 def _arrow_input(n: int, parts: int = 16) -> list[pa.Table]:
@@ -161,7 +169,9 @@ def main(quick: bool, n_override: int | None) -> None:
                     row[f"actorflow_{kind}_rps"] = stage["stage_records_per_s"]
                     row[f"actorflow_{kind}"] = stage
                     print(f"  {profile_name} C={capacity} actorflow {kind}: {stage}", flush=True)
-                for name, run in (("actorflow_end_to_end", lambda: actorflow_end_to_end(df, profile, capacity)),
+                for name, run in (("actorflow_end_to_end", lambda: actorflow_end_to_end(df, profile, capacity, ordered=False)),
+                                  ("actorflow_end_to_end_ordered",
+                                   lambda: actorflow_end_to_end(df, profile, capacity, ordered=True)),
                                   ("spark_threadpool", lambda: spark_threadpool(df, profile, capacity, P)),
                                   ("ray_data", lambda: ray_data_async(df, profile, capacity, P))):
                     figures = run()
@@ -175,6 +185,7 @@ def main(quick: bool, n_override: int | None) -> None:
                     "tasks_vs_bound": _ratio(row["actorflow_tasks_rps"], bound),
                     "end_to_end_vs_spark": _ratio(row["actorflow_end_to_end_rps"], row["spark_threadpool_rps"]),
                     "end_to_end_vs_ray_data": _ratio(row["actorflow_end_to_end_rps"], row["ray_data_rps"]),
+                    "end_to_end_ordered_vs_spark": _ratio(row["actorflow_end_to_end_ordered_rps"], row["spark_threadpool_rps"]),
                 }
                 results.append(row)
                 _print_row(row)
@@ -194,6 +205,7 @@ def main(quick: bool, n_override: int | None) -> None:
         "actorflow_ordered_rps": constant["actorflow_ordered_rps"],
         "actorflow_tasks_rps": constant["actorflow_tasks_rps"],
         "actorflow_end_to_end_rps": lognormal["actorflow_end_to_end_rps"],
+        "actorflow_end_to_end_ordered_rps": lognormal["actorflow_end_to_end_ordered_rps"],
         "spark_threadpool_rps": lognormal["spark_threadpool_rps"],
         "ray_data_rps": lognormal["ray_data_rps"],
         "profiles": [

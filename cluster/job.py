@@ -152,7 +152,7 @@ def _await_job(job: str, refs: list[Any], sources: list[Any], total_rows: int, p
     bar = tqdm(total=total_rows, unit="rec", desc=job, delay=2.0, disable=not progress, leave=False)
     try:
         while pending:
-            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
             for ref in ready:
                 try:
                     ray.get(ref)
