@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -58,7 +58,6 @@ class ChainSpec:
     rows_per_round: int = 256
     mails_per_round: int = 4
     linger_ms: int = 20
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def instance_name(self) -> str:

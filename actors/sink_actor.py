@@ -39,9 +39,6 @@ class SinkActor:
             if len(self._ended) == len(self._items):
                 self._done.set()
 
-    async def progress(self) -> int:
-        return self.rows
-
     async def wait_done(self) -> int:
         await self._done.wait()
         return self.rows
