@@ -13,7 +13,7 @@ Lifecycle of an operator::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 from .clock import Clock
@@ -67,7 +67,6 @@ class OperatorMetrics:
     timeouts: int = 0
     failures: int = 0
     dead_letters: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
