@@ -4,11 +4,10 @@ from .arrow_rows import TS_COLUMN, rows_to_table, table_to_rows
 from .channel import ChannelSender, InputGate
 from .naming import instance_name, validate_job_name
 from .operator_actor import ChainSpec, OperatorActor
-from .sink_actor import SinkActor
-from .source_actor import SourceActor, event_time_ms
+from .source_actor import BlockReader, SourceActor, event_time_ms
 from .task_function import RayTaskFunction
 
 __all__ = [
-    "ChainSpec", "ChannelSender", "InputGate", "OperatorActor", "RayTaskFunction", "SinkActor", "SourceActor",
+    "BlockReader", "ChainSpec", "ChannelSender", "InputGate", "OperatorActor", "RayTaskFunction", "SourceActor",
     "TS_COLUMN", "event_time_ms", "instance_name", "rows_to_table", "table_to_rows", "validate_job_name",
 ]

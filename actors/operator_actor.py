@@ -10,6 +10,12 @@ Threading model
 Lifecycle
     ``__init__`` → ``connect`` → ``start`` → (``push`` ...) → the chain drains after the last
     channel ends → ``wait`` returns the final figures, or raises the operator's error.
+
+Chaining
+    An actor of the first stage may read the source itself (``connect(reader=...)``), and an
+    actor of the last stage keeps its output (``connect(downstream=None)``) for ``take_table``.
+    A job whose operators share one parallelism then runs on exactly that many actors. Side
+    outputs (dead letters) always stay in the actor that produced them, for ``take_side``.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ from .arrow_rows import table_to_rows
 from .channel import ChannelSender, InputGate
 from .metrics import OperatorMetricsExporter
 from .naming import instance_name
-from .output import BatchingOutput, Outbox, Partitioner
+from .output import BatchingOutput, LocalSink, Outbox, Partitioner
 from .processing_time import AsyncioProcessingTimeService
+from .source_actor import BlockReader
 
 __all__ = ["ChainSpec", "OperatorActor"]
 
@@ -82,16 +89,23 @@ class OperatorActor:
         self._finishing = False
         self._batches_in = 0
         self._records_in = 0
+        self._reader: BlockReader | None = None
+        self._local_sink: LocalSink | None = None
+        self._side_outputs: dict[str, list[Any]] = {}
 
     def __repr__(self) -> str:
         return self.name
 
     # ------------------------------------------------------------ remote methods
 
-    async def connect(self, downstream: list[Any], side_sink: Any = None, side_channel: int = 0) -> None:
+    async def connect(self, downstream: list[Any] | None, reader: BlockReader | None = None) -> None:
+        """``downstream``: the next stage's actors, or None to keep the output here; ``reader``:
+        the source blocks this actor reads itself, as its one input channel."""
+        if reader is not None and self.spec.num_inputs != 1:
+            raise ValueError(f"{self.name}: a chained source must be the only input, got {self.spec.num_inputs} inputs")
         self._downstream = downstream
-        self._side_sink = side_sink
-        self._side_channel = side_channel
+        self._reader = reader
+        self._local_sink = LocalSink() if downstream is None else None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -102,11 +116,13 @@ class OperatorActor:
         clock = SystemClock()
         self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity * spec.num_inputs, on_item=self._wake)
         channel_id = 0 if spec.partitioning == "forward" else spec.index
-        senders = [ChannelSender(h, channel_id, credits=spec.credits) for h in self._downstream]
+        senders: list[ChannelSender | LocalSink]
+        if self._local_sink is not None:
+            senders = [self._local_sink]
+        else:
+            senders = [ChannelSender(h, channel_id, credits=spec.credits) for h in self._downstream or []]
         self._outbox = Outbox(senders, max_pending=spec.outbox_capacity, on_room=self._wake)
-        self._side_sender = ChannelSender(self._side_sink, self._side_channel, credits=spec.credits) if self._side_sink else None
-        self._side_queue: list[tuple[str, list[Any]]] = []
-        partitioner = Partitioner(spec.partitioning, len(self._downstream), spec.key)
+        partitioner = Partitioner(spec.partitioning, len(senders), spec.key)
         self._output = BatchingOutput(
             self._outbox, partitioner, batch_size=spec.batch_size, schema=spec.output_schema, side=self._on_side
         )
@@ -138,6 +154,8 @@ class OperatorActor:
         gc.set_threshold(50_000, 50, 100)
         self._run_task = loop.create_task(self._run())
         self._ticker = loop.create_task(self._tick())
+        if self._reader is not None:
+            self._read_task = loop.create_task(self._read(self._reader))
 
     async def push(self, channel: int, seq: int, kind: str, payload: Any) -> None:
         await self._gate.push(channel, seq, kind, payload)
@@ -157,6 +175,32 @@ class OperatorActor:
     async def stats(self) -> dict[str, Any]:
         return self._figures()
 
+    async def progress(self) -> int:
+        """Rows read from the chained source, or else records taken in."""
+        return self._reader.rows_read if self._reader is not None else self._records_in
+
+    async def take_table(self, keep_timestamps: bool = False) -> pa.Table | None:
+        """The last stage's output, in order; None if it produced nothing."""
+        if self._local_sink is None:
+            raise ValueError(f"{self.name}: not the last stage, its output went downstream")
+        return self._local_sink.table(keep_timestamps=keep_timestamps)
+
+    async def output_schema(self) -> pa.Schema | None:
+        return self._local_sink.schema() if self._local_sink is not None else None
+
+    async def take_side(self, tag: str) -> list[Any]:
+        return self._side_outputs.get(tag, [])
+
+    async def _read(self, reader: BlockReader) -> None:
+        seq = 0
+        try:
+            async for kind, payload in reader.items():
+                await self._gate.push(0, seq, kind, payload)
+                seq += 1
+        except Exception as error:  # a bad block fails the job through wait(), like an operator error
+            self.processor.report_throwable(error)
+            self._wake()
+
     # -------------------------------------------------------------- mailbox side
 
     async def _run(self) -> dict[str, Any]:
@@ -165,7 +209,6 @@ class OperatorActor:
             self._output.flush()
             self._outbox.broadcast("end", None)
             await self._outbox.close()
-            await self._send_side(final=True)
             self._chain.close()
             return self._figures()
         finally:
@@ -242,21 +285,7 @@ class OperatorActor:
             suspension.resume()
 
     def _on_side(self, tag: str, values: list[Any]) -> None:
-        self._side_queue.append((tag, values))
-        if self._side_sender is not None:
-            asyncio.get_running_loop().create_task(self._send_side(final=False))
-
-    async def _send_side(self, *, final: bool) -> None:
-        if self._side_sender is None:
-            if self._side_queue:
-                raise RuntimeError(f"{self.name}: side output produced but no side sink is connected")
-            return
-        while self._side_queue:
-            tag, values = self._side_queue.pop(0)
-            await self._side_sender.send("side", (tag, values))
-        if final:
-            await self._side_sender.send("end", None)
-            await self._side_sender.flush()
+        self._side_outputs.setdefault(tag, []).extend(values)
 
     async def _tick(self) -> None:
         # Latency bound for slow streams, and live metrics: once per linger / once a second.

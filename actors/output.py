@@ -11,10 +11,10 @@ import pyarrow as pa
 
 from operators.elements import Record, Watermark, WatermarkStatus
 
-from .arrow_rows import rows_to_table
+from .arrow_rows import TS_COLUMN, rows_to_table
 from .channel import ChannelSender
 
-__all__ = ["Outbox", "Partitioner", "BatchingOutput"]
+__all__ = ["BatchingOutput", "LocalSink", "Outbox", "Partitioner"]
 
 
 class Partitioner:
@@ -41,13 +41,51 @@ class Partitioner:
         return next(self._round_robin)
 
 
+class LocalSink:
+    """The end of the last stage: keeps its batches in the actor instead of sending them on.
+
+    It stands in for a ``ChannelSender`` in the ``Outbox``; the job takes the result with
+    ``table()`` as the return value of an actor call, so the caller owns it and it outlives the
+    actor.
+    """
+
+    channel_id = 0
+
+    def __init__(self) -> None:
+        self._tables: list[pa.Table] = []
+        self.sent = 0
+
+    async def send(self, kind: str, payload: Any) -> None:
+        if kind == "records" and payload.num_rows:
+            self._tables.append(payload)
+        self.sent += 1
+
+    async def flush(self) -> None:
+        return None
+
+    def schema(self) -> pa.Schema | None:
+        """The schema of the output without timestamps; None if nothing came out."""
+        if not self._tables:
+            return None
+        schema = pa.unify_schemas([t.schema for t in self._tables], promote_options="permissive")
+        return pa.schema([f for f in schema if f.name != TS_COLUMN])
+
+    def table(self, *, keep_timestamps: bool = False) -> pa.Table | None:
+        if not self._tables:
+            return None
+        table = pa.concat_tables(self._tables, promote_options="permissive")
+        if not keep_timestamps and TS_COLUMN in table.column_names:
+            table = table.drop_columns([TS_COLUMN])
+        return table
+
+
 class Outbox:
     """Items waiting to be sent, one queue and one sender task per channel.
 
     ``is_full`` tells the default action to stop taking input until the senders catch up.
     """
 
-    def __init__(self, senders: list[ChannelSender], *, max_pending: int, on_room: Callable[[], None]) -> None:
+    def __init__(self, senders: list[ChannelSender | LocalSink], *, max_pending: int, on_room: Callable[[], None]) -> None:
         self._senders = senders
         self._queues: list[deque[tuple[str, Any]]] = [deque() for _ in senders]
         self._wakeups = [asyncio.Event() for _ in senders]
@@ -99,7 +137,7 @@ class Outbox:
 class BatchingOutput:
     """The chain's ``Output``: buffers records per target, cuts Arrow batches of ``batch_size``.
 
-    Side outputs (dead letters) are buffered the same way and go to the sink's side channel.
+    Side outputs (dead letters) are buffered the same way and handed to ``side`` on a flush.
     """
 
     def __init__(

@@ -1,12 +1,16 @@
-"""The source actor: reads Arrow blocks from the object store and feeds the pipeline.
+"""Reading Arrow blocks from the object store into the pipeline.
 
-Its position is ``(block, row)``: how many blocks it has finished and how many rows of the
-current one it has sent, so a restore can rewind to exactly where a checkpoint was taken.
+``BlockReader`` turns blocks into channel items: batches of rows, watermarks, and the end. Its
+position is ``(block, row)``: how many blocks it has finished and how many rows of the current
+one it has handed on, so a restore can rewind to exactly where a checkpoint was taken. The first
+stage's operator actors run a reader themselves when the source is chained into them (same
+parallelism, forward); otherwise a ``SourceActor`` runs it and sends over channels.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +23,7 @@ from .arrow_rows import TS_COLUMN
 from .channel import ChannelSender
 from .naming import instance_name
 
-__all__ = ["SourceActor", "event_time_ms"]
+__all__ = ["BlockReader", "SourceActor", "event_time_ms"]
 
 
 def event_time_ms(table: pa.Table, column: str) -> pa.Array:
@@ -44,64 +48,80 @@ def event_time_ms(table: pa.Table, column: str) -> pa.Array:
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
-class SourceActor:
-    """Sends its blocks, in order, as batches of ``batch_size`` rows, then watermarks and end."""
+class BlockReader:
+    """Blocks, in order, as ``("records", batch)`` items of ``batch_size`` rows, with watermarks
+    trailing the largest event time by ``out_of_orderness_ms``, then ``("end", None)``."""
 
     def __init__(
         self,
-        job: str,
-        name: str,
-        index: int,
-        parallelism: int,
         blocks: list[Any],
         *,
         batch_size: int = 2048,
         timestamp_column: str | None = None,
         out_of_orderness_ms: int = 0,
-        credits: int = 4,
     ) -> None:
-        self.name = instance_name(job, name, index, parallelism)
         self._blocks = blocks
         self._batch_size = batch_size
         self._timestamp_column = timestamp_column
         self._out_of_orderness_ms = out_of_orderness_ms
-        self._credits = credits
         self.position = (0, 0)
-        self.rows_sent = 0
+        self.rows_read = 0
+
+    async def items(self) -> AsyncIterator[tuple[str, Any]]:
+        """The items; the position moves once the consumer asks for the next one."""
+        event_time = self._timestamp_column
+        max_ts: int | None = None
+        for block_index, ref in enumerate(self._blocks):
+            table = ref if isinstance(ref, pa.Table) else await ref
+            if not isinstance(table, pa.Table):  # a pandas block
+                table = pa.Table.from_pandas(table, preserve_index=False)
+            if event_time is not None:
+                table = table.append_column(TS_COLUMN, event_time_ms(table, event_time))
+            for offset in range(0, table.num_rows, self._batch_size):
+                batch = table.slice(offset, self._batch_size)
+                yield "records", batch
+                self.rows_read += batch.num_rows
+                self.position = (block_index, offset + batch.num_rows)
+                if event_time is not None and batch.num_rows:
+                    batch_max = pc.max(batch.column(TS_COLUMN)).as_py()
+                    if max_ts is None or batch_max > max_ts:
+                        max_ts = batch_max
+                        yield "watermark", max_ts - self._out_of_orderness_ms - 1
+            self.position = (block_index + 1, 0)
+            await asyncio.sleep(0)
+        if event_time is not None:
+            yield "watermark", MAX_WATERMARK  # a bounded input ends event time
+        yield "end", None
+
+
+class SourceActor:
+    """Runs a ``BlockReader`` and sends its items over channels to the first stage."""
+
+    def __init__(self, job: str, name: str, index: int, parallelism: int, reader: BlockReader, *, credits: int = 4) -> None:
+        self.name = instance_name(job, name, index, parallelism)
+        self._reader = reader
+        self._credits = credits
 
     def __repr__(self) -> str:
         return self.name
 
     async def progress(self) -> int:
-        return self.rows_sent
+        return self._reader.rows_read
 
     async def connect(self, downstream: list[Any], channel_id: int) -> None:
         self._senders = [ChannelSender(h, channel_id, credits=self._credits) for h in downstream]
 
     async def run(self) -> dict[str, Any]:
-        sender = self._senders[0]
-        max_ts: int | None = None
-        for block_index, ref in enumerate(self._blocks):
-            table = await ref if not isinstance(ref, pa.Table) else ref
-            if not isinstance(table, pa.Table):  # a pandas block
-                table = pa.Table.from_pandas(table, preserve_index=False)
-            if self._timestamp_column is not None:
-                ts = event_time_ms(table, self._timestamp_column)
-                table = table.append_column(TS_COLUMN, ts)
-            for offset in range(0, table.num_rows, self._batch_size):
-                batch = table.slice(offset, self._batch_size)
-                await sender.send("records", batch)
-                self.rows_sent += batch.num_rows
-                self.position = (block_index, offset + batch.num_rows)
-                if self._timestamp_column is not None and batch.num_rows:
-                    batch_max = pc.max(batch.column(TS_COLUMN)).as_py()
-                    if max_ts is None or batch_max > max_ts:
-                        max_ts = batch_max
-                        await sender.send("watermark", max_ts - self._out_of_orderness_ms - 1)
-            self.position = (block_index + 1, 0)
-            await asyncio.sleep(0)
-        if self._timestamp_column is not None:
-            await sender.send("watermark", MAX_WATERMARK)  # a bounded input ends event time
-        await sender.send("end", None)
-        await sender.flush()
-        return {"name": self.name, "rows_sent": self.rows_sent}
+        """Batches go round-robin over the targets; watermarks and the end go to all of them."""
+        senders = self._senders
+        turn = 0
+        async for kind, payload in self._reader.items():
+            if kind == "records":
+                await senders[turn].send(kind, payload)
+                turn = (turn + 1) % len(senders)
+            else:
+                for sender in senders:
+                    await sender.send(kind, payload)
+        for sender in senders:
+            await sender.flush()
+        return {"name": self.name, "rows_sent": self._reader.rows_read}

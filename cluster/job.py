@@ -18,11 +18,10 @@ from tqdm.auto import tqdm
 
 from actors.naming import instance_name, validate_job_name
 from actors.operator_actor import ChainSpec, OperatorActor
-from actors.sink_actor import SinkActor
-from actors.source_actor import SourceActor
+from actors.source_actor import BlockReader, SourceActor
 from operators.errors import ActorflowError, JobFailedError
 
-from .job_graph import JobGraph
+from .job_graph import JobGraph, SourceNode
 
 __all__ = ["JobResult", "run_job"]
 
@@ -33,8 +32,8 @@ NAMESPACE = "actorflow"
 class JobResult:
     """What a finished job produced.
 
-    ``tables`` holds one Arrow table ``ObjectRef`` per sink channel, in order; they are owned
-    by the caller and outlive the job's actors.
+    ``tables`` holds one Arrow table ``ObjectRef`` per instance of the last stage, in order;
+    they are owned by the caller and outlive the job's actors.
     """
 
     job: str
@@ -68,25 +67,25 @@ def run_job(
     progress: bool = True,
     actor_num_cpus: float = 0.0,
 ) -> JobResult:
-    """Run ``graph`` on the connected Ray cluster until its input is exhausted."""
+    """Run ``graph`` on the connected Ray cluster until its input is exhausted.
+
+    The first stage reads the source itself when their parallelism matches, and the last stage
+    keeps its output: a job of operators with one parallelism P runs on P actors. Otherwise
+    source actors feed the first stage over rebalancing channels.
+    """
     job = validate_job_name(job_name or f"job-{uuid.uuid4().hex[:8]}")
     stages = graph.stages()
     source = graph.source
+    chained_source = stages[0].partitioning == "forward"
     started = time.perf_counter()
     handles: list[Any] = []
     try:
-        last = stages[-1]
-        sink = _remote(SinkActor, instance_name(job, "sink", 0, 1), actor_num_cpus).remote(
-            instance_name(job, "sink", 0, 1), last.parallelism,
-            sum(s.parallelism for s in stages),
-        )
-        handles.append(sink)
-        # Create stages from the last to the first, so every actor knows its downstream.
-        downstream: list[Any] = [sink]
-        downstream_partitioning = "rebalance" if last.parallelism > 1 else "forward"
-        side_base = last.parallelism
+        # Create stages from the last to the first, so every actor knows its downstream. Actor
+        # creation does not block: all the processes start at once.
+        downstream: list[Any] | None = None
+        downstream_partitioning = "forward"
         stage_actors: list[list[Any]] = []
-        connects = []
+        wiring: list[tuple[Any, list[Any] | None, bool, int]] = []
         for position in range(len(stages) - 1, -1, -1):
             stage = stages[position]
             num_inputs = source.parallelism if position == 0 else stages[position - 1].parallelism
@@ -105,49 +104,62 @@ def run_job(
                     key=None if position == len(stages) - 1 else stages[position + 1].key,
                     output_schema=output_schema if position == len(stages) - 1 else None,
                 )
-                actor = _remote(OperatorActor, spec.instance_name, actor_num_cpus).remote(spec)
-                targets = [downstream[i]] if downstream_partitioning == "forward" else downstream
-                side_channel = side_base + sum(s.parallelism for s in stages[:position]) + i
-                connects.append(actor.connect.remote(targets, sink, side_channel))
-                actors.append(actor)
+                actors.append(_remote(OperatorActor, spec.instance_name, actor_num_cpus).remote(spec))
             handles.extend(actors)
             stage_actors.insert(0, actors)
+            for i, actor in enumerate(actors):
+                targets = None if downstream is None else (
+                    [downstream[i]] if downstream_partitioning == "forward" else downstream)
+                wiring.append((actor, targets, position == 0 and chained_source, i))
             downstream = actors
             downstream_partitioning = stage.partitioning
+
+        # The processes start while the input is prepared.
+        splits = source.split()
+        connects = [
+            actor.connect.remote(targets, _reader(source, splits[i]) if reads_source else None)
+            for actor, targets, reads_source, i in wiring
+        ]
+        first = stage_actors[0]
+        sources: list[Any] = []
+        if not chained_source:
+            for i in range(source.parallelism):
+                name = instance_name(job, source.name, i, source.parallelism)
+                handle = _remote(SourceActor, name, actor_num_cpus).remote(
+                    job, source.name, i, source.parallelism, _reader(source, splits[i]))
+                connects.append(handle.connect.remote(first, i))
+                sources.append(handle)
+            handles.extend(sources)
         ray.get(connects)
         ray.get([a.start.remote() for actors in stage_actors for a in actors])
 
-        first = stage_actors[0]
-        sources = []
-        for i, blocks in enumerate(source.split()):
-            handle = _remote(SourceActor, instance_name(job, source.name, i, source.parallelism), actor_num_cpus).remote(
-                job, source.name, i, source.parallelism, blocks,
-                batch_size=source.batch_size,
-                timestamp_column=source.timestamp_column,
-                out_of_orderness_ms=source.out_of_orderness_ms,
-            )
-            targets = [first[i]] if stages[0].partitioning == "forward" else first
-            channel = 0 if stages[0].partitioning == "forward" else i
-            ray.get(handle.connect.remote(targets, channel))
-            sources.append(handle)
-        handles.extend(sources)
-
-        waits = [s.run.remote() for s in sources] + [a.wait.remote() for actors in stage_actors for a in actors]
-        done_ref = sink.wait_done.remote()
-        _await_job(job, waits + [done_ref], sources, source.total_rows, progress)
-        figures = ray.get(waits)
-        output_rows = ray.get(done_ref)
-        tables = [sink.take_table.remote(c) for c in range(last.parallelism)]
-        schemas = ray.get(sink.schemas.remote())
-        side = {tag: ray.get(sink.take_side.remote(tag)) for tag in side_tags}
+        runs = [s.run.remote() for s in sources]
+        waits = [a.wait.remote() for actors in stage_actors for a in actors]
+        _await_job(job, runs + waits, sources or first, source.total_rows, progress)
+        figures = ray.get(runs + waits)
+        last = stage_actors[-1]
+        tables = [a.take_table.remote() for a in last]
+        schemas = ray.get([a.output_schema.remote() for a in last])
+        side = {tag: [v for values in ray.get([a.take_side.remote(tag) for actors in stage_actors for a in actors])
+                      for v in values] for tag in side_tags}
         ray.wait(tables, num_returns=len(tables), fetch_local=False)
+        output_rows = sum(f["records_out"] for f in ray.get([a.stats.remote() for a in last]))
         return JobResult(job, tables, schemas, side, source.total_rows, output_rows, time.perf_counter() - started, figures)
     finally:
         for handle in handles:
             ray.kill(handle, no_restart=True)
 
 
-def _await_job(job: str, refs: list[Any], sources: list[Any], total_rows: int, progress: bool) -> None:
+def _reader(source: SourceNode, blocks: list[Any]) -> BlockReader:
+    return BlockReader(
+        blocks,
+        batch_size=source.batch_size,
+        timestamp_column=source.timestamp_column,
+        out_of_orderness_ms=source.out_of_orderness_ms,
+    )
+
+
+def _await_job(job: str, refs: list[Any], readers: list[Any], total_rows: int, progress: bool) -> None:
     pending = list(refs)
     bar = tqdm(total=total_rows, unit="rec", desc=job, delay=2.0, disable=not progress, leave=False)
     try:
@@ -159,7 +171,7 @@ def _await_job(job: str, refs: list[Any], sources: list[Any], total_rows: int, p
                 except RayError as error:
                     raise _job_failure(job, error) from _cause(error)
             if progress and not bar.disable:
-                read = sum(ray.get([s.progress.remote() for s in sources]))
+                read = sum(ray.get([r.progress.remote() for r in readers]))
                 bar.update(read - bar.n)
         bar.update(total_rows - bar.n)
     finally:

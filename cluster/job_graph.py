@@ -18,22 +18,42 @@ __all__ = ["JobGraph", "OperatorNode", "SourceNode", "Stage"]
 
 @dataclass
 class SourceNode:
-    """Blocks of Arrow data, split over ``parallelism`` readers in contiguous ranges."""
+    """Blocks of Arrow data, split over ``parallelism`` readers in contiguous ranges.
 
-    blocks: list[Any]
-    block_rows: list[int]
+    The blocks may come from a ``loader``, called once, when the job first needs them: a job
+    then starts its actors while its input is still being prepared (for example converted from
+    a Spark DataFrame). The loader returns ``(blocks, block_rows)``.
+    """
+
+    blocks: list[Any] | None
+    block_rows: list[int] | None
     parallelism: int
     timestamp_column: str | None = None
     out_of_orderness_ms: int = 0
     batch_size: int = 2048
     name: str = "source"
+    loader: Callable[[], tuple[list[Any], list[int]]] | None = None
+
+    def load(self) -> None:
+        """Fetch the blocks from the loader, if that has not happened yet."""
+        if self.blocks is None or self.block_rows is None:
+            if self.loader is None:
+                raise ConfigurationError("a source needs blocks or a loader, got neither")
+            blocks, rows = self.loader()
+            if len(blocks) != len(rows):
+                raise ConfigurationError(f"the source's loader gave {len(blocks)} blocks but {len(rows)} row counts")
+            self.blocks, self.block_rows = blocks, rows
 
     @property
     def total_rows(self) -> int:
+        self.load()
+        assert self.block_rows is not None
         return sum(self.block_rows)
 
     def split(self) -> list[list[Any]]:
         """Contiguous block ranges of about equal row counts, in order (so order can be kept)."""
+        self.load()
+        assert self.blocks is not None and self.block_rows is not None
         n = self.parallelism
         total = self.total_rows
         ranges: list[list[Any]] = [[] for _ in range(n)]

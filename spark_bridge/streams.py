@@ -54,11 +54,10 @@ class SparkDataStream(DataStream):
 
     _spark: "SparkSession"
     _input_schema: pa.Schema
-    _dataset: Any
 
     def _with(self, node: Any) -> "SparkDataStream":
         stream = super()._with(node)
-        stream._spark, stream._input_schema, stream._dataset = self._spark, self._input_schema, self._dataset
+        stream._spark, stream._input_schema = self._spark, self._input_schema
         return stream
 
     def to_spark(
@@ -113,6 +112,10 @@ def from_spark(
     With ``timestamp_column``, each record carries its event time (a timestamp, date or integer
     milliseconds column; nulls are rejected here, naming the column and the count), and the
     sources emit watermarks that trail the largest time seen by ``out_of_orderness_ms``.
+
+    Like a Spark transformation, this reads nothing yet: the first run of the stream snapshots
+    ``df`` into Ray's object store while it starts its actors, and later runs of the same stream
+    read that snapshot.
     """
     ensure_ray()
     if parallelism is None:
@@ -125,15 +128,22 @@ def from_spark(
             raise SchemaError(
                 f"column {timestamp_column!r} holds nulls in {nulls} rows; event time needs a timestamp on every record"
             )
-    dataset = dataframe_to_dataset(df)
-    blocks = dataset_block_refs(dataset)
     input_schema = _input_schema(df)
     if timestamp_column is not None:
         event_time_ms(input_schema.empty_table(), timestamp_column)  # the type check
-    source = SourceNode([b for b, _ in blocks], [n for _, n in blocks], parallelism, timestamp_column,
-                        out_of_orderness_ms, batch_size)
-    stream = SparkDataStream(JobGraph(source), job_name=job_name)
-    stream._spark, stream._input_schema, stream._dataset = df.sparkSession, input_schema, dataset
+    stream = SparkDataStream(JobGraph(SourceNode(None, None, parallelism, timestamp_column, out_of_orderness_ms,
+                                                 batch_size)), job_name=job_name)
+    stream._spark, stream._input_schema = df.sparkSession, input_schema
+    snapshot: list[Any] = []
+
+    def load() -> tuple[list[Any], list[int]]:
+        # Called once, when the first job starts: its actors start while Spark converts. The
+        # snapshot is then kept with the source, so every later run reads the same rows.
+        snapshot.append(dataframe_to_dataset(df))
+        blocks = dataset_block_refs(snapshot[0])
+        return [b for b, _ in blocks], [n for _, n in blocks]
+
+    stream.graph.source.loader = load
     return stream
 
 
