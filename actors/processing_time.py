@@ -1,53 +1,45 @@
-"""Processing time on a Ray actor: timers from the asyncio loop, delivered as mails."""
+"""Processing time on a Ray actor: one loop alarm for the earliest timer; timers run as mails."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
 
 from operators.clock import Clock, SystemClock
 from operators.mailbox_processor import MailboxExecutor
-from operators.timers import TimerHandle
+from operators.timers import TimerQueue
 
 __all__ = ["AsyncioProcessingTimeService"]
 
 
-class _LoopTimerHandle(TimerHandle):
-    __slots__ = ("loop_handle",)
+class AsyncioProcessingTimeService(TimerQueue):
+    """Keeps one ``loop.call_later`` armed for the earliest timer, however many are pending.
 
-    def __init__(self, timestamp_ms: int) -> None:
-        super().__init__(timestamp_ms)
-        self.loop_handle: asyncio.TimerHandle | None = None
-
-    def cancel(self) -> None:
-        super().cancel()
-        if self.loop_handle is not None:
-            self.loop_handle.cancel()
-
-
-class AsyncioProcessingTimeService:
-    """Schedules callbacks with ``loop.call_later``; each runs as a mail on the mailbox thread."""
+    Timeouts are registered in deadline order, so a new timer rarely moves the alarm.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, executor: MailboxExecutor, clock: Clock | None = None) -> None:
+        super().__init__(clock or SystemClock(), executor)
         self._loop = loop
-        self._executor = executor
-        self._clock = clock or SystemClock()
+        self._alarm: tuple[int, asyncio.TimerHandle] | None = None
 
-    def now_ms(self) -> int:
-        return self._clock.now_ms()
+    def _registered(self, timestamp_ms: int) -> None:
+        if self._alarm is None or timestamp_ms < self._alarm[0]:
+            self._arm(timestamp_ms)
 
-    def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
-        handle = _LoopTimerHandle(timestamp_ms)
+    def _arm(self, timestamp_ms: int) -> None:
+        if self._alarm is not None:
+            self._alarm[1].cancel()
         delay_s = max(0.0, (timestamp_ms - self._clock.now_ms()) / 1000.0)
+        self._alarm = (timestamp_ms, self._loop.call_later(delay_s, self._on_alarm))
 
-        def fire() -> None:
-            if not handle.cancelled:
-                self._executor.execute(_run, f"processing timer @{timestamp_ms}", handle, callback)
+    def _on_alarm(self) -> None:
+        self._alarm = None
+        self.fire_due()
+        next_ms = self.next_due_ms()
+        if next_ms is not None:
+            self._arm(next_ms)
 
-        handle.loop_handle = self._loop.call_later(delay_s, fire)
-        return handle
-
-
-def _run(handle: TimerHandle, callback: Callable[[int], None]) -> None:
-    if not handle.cancelled:
-        callback(handle.timestamp_ms)
+    def close(self) -> None:
+        if self._alarm is not None:
+            self._alarm[1].cancel()
+            self._alarm = None

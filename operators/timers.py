@@ -28,6 +28,7 @@ __all__ = [
     "ProcessingTimeService",
     "Timer",
     "TimerHandle",
+    "TimerQueue",
     "TimerService",
     "Triggerable",
 ]
@@ -54,7 +55,86 @@ class ProcessingTimeService(Protocol):
     def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle: ...
 
 
-class ManualProcessingTimeService:
+class _QueuedTimerHandle(TimerHandle):
+    __slots__ = ("_queue", "in_heap")
+
+    def __init__(self, timestamp_ms: int, queue: "TimerQueue") -> None:
+        super().__init__(timestamp_ms)
+        self._queue = queue
+        self.in_heap = True
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            if self.in_heap:
+                self._queue._on_cancel()
+
+
+class TimerQueue:
+    """Processing-time timers in one heap; the due ones are put in the mailbox as mails.
+
+    Subclasses decide when ``fire_due`` runs: a test's clock, or an event loop's alarm for the
+    earliest timer. One heap of plain tuples is much cheaper than one loop timer per callback
+    when every in-flight request has a timeout. Cancelled timers are dropped lazily, and the heap
+    is rebuilt once they make up most of it.
+    """
+
+    def __init__(self, clock: Clock, executor: MailboxExecutor) -> None:
+        self._clock = clock
+        self._executor = executor
+        self._heap: list[tuple[int, int, _QueuedTimerHandle, Callable[[int], None]]] = []
+        self._seq = itertools.count()
+        self._cancelled = 0
+
+    def now_ms(self) -> int:
+        return self._clock.now_ms()
+
+    def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
+        handle = _QueuedTimerHandle(timestamp_ms, self)
+        heapq.heappush(self._heap, (timestamp_ms, next(self._seq), handle, callback))
+        self._registered(timestamp_ms)
+        return handle
+
+    def pending(self) -> int:
+        return len(self._heap) - self._cancelled
+
+    def next_due_ms(self) -> int | None:
+        """The time of the earliest live timer, or None."""
+        heap = self._heap
+        while heap and heap[0][2].cancelled:
+            heapq.heappop(heap)[2].in_heap = False
+            self._cancelled -= 1
+        return heap[0][0] if heap else None
+
+    def fire_due(self) -> None:
+        now = self._clock.now_ms()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            ts, _, handle, callback = heapq.heappop(heap)
+            handle.in_heap = False
+            if handle.cancelled:
+                self._cancelled -= 1
+            else:
+                self._executor.execute(_run_timer, f"processing timer @{ts}", handle, callback)
+
+    def _registered(self, timestamp_ms: int) -> None:
+        """Called after each registration; arrange for ``fire_due`` to run in time."""
+
+    def _on_cancel(self) -> None:
+        self._cancelled += 1
+        if self._cancelled > 64 and 2 * self._cancelled > len(self._heap):
+            live = []
+            for entry in self._heap:
+                if entry[2].cancelled:
+                    entry[2].in_heap = False
+                else:
+                    live.append(entry)
+            heapq.heapify(live)
+            self._heap = live
+            self._cancelled = 0
+
+
+class ManualProcessingTimeService(TimerQueue):
     """Processing time under a test's control.
 
     Timers that fall due when the clock advances are put in the mailbox, in timestamp order, as
@@ -62,34 +142,16 @@ class ManualProcessingTimeService:
     """
 
     def __init__(self, clock: ManualClock, executor: MailboxExecutor) -> None:
-        self._clock = clock
-        self._executor = executor
-        self._heap: list[tuple[int, int, TimerHandle, Callable[[int], None]]] = []
-        self._seq = itertools.count()
-
-    def now_ms(self) -> int:
-        return self._clock.now_ms()
-
-    def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
-        handle = TimerHandle(timestamp_ms)
-        heapq.heappush(self._heap, (timestamp_ms, next(self._seq), handle, callback))
-        if timestamp_ms <= self._clock.now_ms():
-            self._fire_due()
-        return handle
+        super().__init__(clock, executor)
+        self._manual_clock = clock
 
     def advance_to(self, timestamp_ms: int) -> None:
-        self._clock.advance_to(timestamp_ms)
-        self._fire_due()
+        self._manual_clock.advance_to(timestamp_ms)
+        self.fire_due()
 
-    def pending(self) -> int:
-        return sum(1 for _, _, h, _ in self._heap if not h.cancelled)
-
-    def _fire_due(self) -> None:
-        now = self._clock.now_ms()
-        while self._heap and self._heap[0][0] <= now:
-            ts, _, handle, callback = heapq.heappop(self._heap)
-            if not handle.cancelled:
-                self._executor.execute(_run_timer, f"processing timer @{ts}", handle, callback)
+    def _registered(self, timestamp_ms: int) -> None:
+        if timestamp_ms <= self._clock.now_ms():
+            self.fire_due()
 
 
 def _run_timer(handle: TimerHandle, callback: Callable[[int], None]) -> None:
