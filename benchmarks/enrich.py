@@ -6,9 +6,13 @@ lognormal, median 20 ms, p99 200 ms) and two concurrency levels (C = 100 and C =
 Measured in one run:
 
 - actorflow, the async stage alone (input already in Ray's object store, so only the stage is
-  timed): unordered and ordered with an ``async def``, and a blocking function on Ray tasks;
+  timed): unordered and ordered with an ``async def``, ordered with a queue of 10 x C
+  (``ordered_queued``: still C requests in flight, but finished results wait behind a slow one
+  while new requests start), and a blocking function on Ray tasks;
 - actorflow, DataFrame -> DataFrame through ``enrich()``, unordered (``actorflow_end_to_end``,
-  like Ray Data, which does not keep order) and ordered (``actorflow_end_to_end_ordered``);
+  like Ray Data, which does not keep order) and ordered with the 10 x C queue
+  (``actorflow_end_to_end_ordered``; Spark's thread pool keeps order too, and buffers finished
+  results without bound);
 - Spark ``mapInPandas`` with a thread pool of C threads per partition, P partitions;
 - Ray Data ``map_batches`` with an async callable class, P actors, C calls in flight each;
 - the bound: min(P * C / mean latency, P * the requests/s of a bare asyncio loop on one core).
@@ -46,6 +50,8 @@ from benchmarks.baselines import (
 from benchmarks.profiles import LatencyProfile, get_profile
 
 P = 2
+#: In the ordered_queued runs: queue slots per request slot (requests in flight stay at C).
+QUEUE_FACTOR = 10
 
 
 def _async_call(profile: LatencyProfile) -> Any:
@@ -76,8 +82,10 @@ def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: i
 
     n = sum(t.num_rows for t in tables)
     fn = _blocking_call(profile) if kind == "tasks" else _async_call(profile)
-    stream = from_arrow(tables, parallelism=P, job_name=f"bench-{kind}").async_map(
-        fn, ordered=kind == "ordered", capacity=capacity, parallelism=P
+    ordered = kind.startswith("ordered")
+    stream = from_arrow(tables, parallelism=P, job_name=f"bench-{kind.replace('_', '-')}").async_map(
+        fn, ordered=ordered, capacity=capacity, parallelism=P,
+        queue_capacity=QUEUE_FACTOR * capacity if kind == "ordered_queued" else None,
     )
     with _RssSampler() as rss:
         started = time.perf_counter()
@@ -87,8 +95,8 @@ def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: i
     ids = out.column("id").to_numpy()
     if len(ids) != n or len(np.unique(ids)) != n or not pc.all(pc.equal(out["result"], pc.add(pc.multiply(out["id"], 31), 7))).as_py():
         raise AssertionError(f"actorflow {kind}: expected each of {n} ids once, called; got {len(ids)} rows")
-    if kind == "ordered" and not bool(np.all(np.diff(ids) > 0)):
-        raise AssertionError("actorflow ordered: output is not in input order")
+    if ordered and not bool(np.all(np.diff(ids) > 0)):
+        raise AssertionError(f"actorflow {kind}: output is not in input order")
     first = pc.min(out["issued_at"]).as_py()
     last = pc.max(pc.add(out["issued_at"], pc.divide(out["latency_ms"], 1000.0))).as_py()
     latencies = out.column("latency_ms").to_numpy()
@@ -117,7 +125,8 @@ def _actorflow_enrich_once(
 
     started = time.perf_counter()
     out = enrich(df, columns, ordered=ordered, capacity=capacity, parallelism=parallelism,
-                 output_schema=_output_schema(df), progress=False)
+                 output_schema=_output_schema(df), progress=False,
+                 queue_capacity=QUEUE_FACTOR * capacity if ordered else None)
     out = _materialize(out)
     return out, time.perf_counter() - started, {}
 
@@ -164,7 +173,7 @@ def main(quick: bool, n_override: int | None) -> None:
                 bound = min(P * capacity / mean_ms * 1000.0, P * bare)
                 row: dict[str, Any] = {"profile": profile_name, "capacity": capacity, "mean_latency_ms": round(mean_ms, 2),
                                        "bound_rps": round(bound, 1)}
-                for kind in ("unordered", "ordered", "tasks"):
+                for kind in ("unordered", "ordered", "ordered_queued", "tasks"):
                     stage = actorflow_stage(tables, profile, capacity, kind=kind)
                     row[f"actorflow_{kind}_rps"] = stage["stage_records_per_s"]
                     row[f"actorflow_{kind}"] = stage
@@ -182,6 +191,7 @@ def main(quick: bool, n_override: int | None) -> None:
                 row["ratios"] = {
                     "unordered_vs_bound": _ratio(row["actorflow_unordered_rps"], bound),
                     "ordered_vs_bound": _ratio(row["actorflow_ordered_rps"], bound),
+                    "ordered_queued_vs_bound": _ratio(row["actorflow_ordered_queued_rps"], bound),
                     "tasks_vs_bound": _ratio(row["actorflow_tasks_rps"], bound),
                     "end_to_end_vs_spark": _ratio(row["actorflow_end_to_end_rps"], row["spark_threadpool_rps"]),
                     "end_to_end_vs_ray_data": _ratio(row["actorflow_end_to_end_rps"], row["ray_data_rps"]),
@@ -203,6 +213,7 @@ def main(quick: bool, n_override: int | None) -> None:
         "bound_rps": constant["bound_rps"],
         "actorflow_unordered_rps": constant["actorflow_unordered_rps"],
         "actorflow_ordered_rps": constant["actorflow_ordered_rps"],
+        "actorflow_ordered_queued_rps": constant["actorflow_ordered_queued_rps"],
         "actorflow_tasks_rps": constant["actorflow_tasks_rps"],
         "actorflow_end_to_end_rps": lognormal["actorflow_end_to_end_rps"],
         "actorflow_end_to_end_ordered_rps": lognormal["actorflow_end_to_end_ordered_rps"],
@@ -220,7 +231,8 @@ def _print_row(row: dict[str, Any]) -> None:
     print(
         f"{row['profile']:>9} C={row['capacity']:<5} bound {row['bound_rps']:>9,.0f}/s | stage: unordered "
         f"{row['actorflow_unordered_rps']:>8,.0f} ({r['unordered_vs_bound']}x) ordered {row['actorflow_ordered_rps']:>8,.0f} "
-        f"({r['ordered_vs_bound']}x) tasks {row['actorflow_tasks_rps']:>8,.0f} ({r['tasks_vs_bound']}x) | DataFrame: "
+        f"({r['ordered_vs_bound']}x) queued {row['actorflow_ordered_queued_rps']:>8,.0f} "
+        f"({r['ordered_queued_vs_bound']}x) tasks {row['actorflow_tasks_rps']:>8,.0f} ({r['tasks_vs_bound']}x) | DataFrame: "
         f"actorflow {row['actorflow_end_to_end_rps']:>8,.0f} spark {row['spark_threadpool_rps']:>8,.0f} "
         f"ray data {row['ray_data_rps']:>8,.0f} ({r['end_to_end_vs_spark']}x spark, {r['end_to_end_vs_ray_data']}x ray data)",
         flush=True,

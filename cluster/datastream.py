@@ -78,17 +78,22 @@ class DataStream:
         parallelism: int | None = None,
         name: str = "async_map",
         max_tasks: int = 2,
+        queue_capacity: int | None = None,
     ) -> S:
         """Enrich each record through ``fn``, with Flink's async I/O guarantees.
 
         ``fn`` is an ``async def f(value) -> list`` (run as a coroutine on the operator's actor),
         an ``AsyncFunction``, or a plain blocking ``def f(value) -> list`` (run in micro-batched
         Ray tasks). ``fallback(value) -> list`` answers for a record whose deadline passed.
+        ``capacity`` bounds the requests in flight per instance; ``queue_capacity`` (default:
+        ``capacity``, as in Flink) bounds the elements queued, so that in ordered mode results
+        can wait behind a slow request while new requests start.
         """
         kind = _function_kind(fn)
         mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
         # Validate now (at construction), not in the actor at the first record.
-        AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error)
+        AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
+                          on_error=on_error, queue_capacity=queue_capacity)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
 
@@ -106,7 +111,7 @@ class DataStream:
                 function = FallbackOnTimeout(function, fallback)
             return AsyncWaitOperator(
                 function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-                on_error=on_error, copy_inputs=False, name=name,
+                on_error=on_error, copy_inputs=False, name=name, queue_capacity=queue_capacity,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))

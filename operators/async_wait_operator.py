@@ -4,6 +4,12 @@ Each record starts a request through the user's ``AsyncFunction``. Up to ``capac
 (watermarks included) are in flight; the results re-enter through the mailbox and leave in
 input order (``ordered``) or in completion order within watermark segments (``unordered``).
 
+``queue_capacity`` (default: ``capacity``, which is Flink's behaviour) lets the queue hold more
+elements than there are requests in flight: at most ``capacity`` requests run, and up to
+``queue_capacity`` elements wait in the queue, completed or not. In ordered mode this keeps
+one slow request from stalling the requests behind it: their results wait in the queue while
+new requests start. Requests in flight never exceed ``capacity``.
+
 Every record gets exactly one outcome: its results, a fallback from ``timeout()``, a failure
 (which fails the job), or a dead letter (when ``on_error="dead_letter"``). The interleaving of a
 completion, a retry timer and the timeout cannot produce zero outcomes or two: each attempt has
@@ -207,11 +213,14 @@ class AsyncWaitOperator(StreamOperator):
         on_error: Literal["fail", "dead_letter"] = "fail",
         copy_inputs: bool = True,
         name: str = "async_wait",
+        queue_capacity: int | None = None,
     ) -> None:
         if mode not in ("ordered", "unordered"):
             raise ConfigurationError(f"mode must be 'ordered' or 'unordered', got {mode!r}")
         if not isinstance(capacity, int) or capacity <= 0:
             raise ConfigurationError(f"capacity must be > 0, got {capacity!r}")
+        if queue_capacity is not None and (not isinstance(queue_capacity, int) or queue_capacity < capacity):
+            raise ConfigurationError(f"queue_capacity must be an int >= capacity ({capacity}), got {queue_capacity!r}")
         if timeout_ms is not None and (not isinstance(timeout_ms, int) or timeout_ms <= 0):
             raise ConfigurationError(f"timeout_ms must be an int > 0 or None, got {timeout_ms!r}")
         if on_error not in ("fail", "dead_letter"):
@@ -221,6 +230,7 @@ class AsyncWaitOperator(StreamOperator):
         self.function = as_async_function(function)
         self.mode = mode
         self.capacity = capacity
+        self.queue_capacity = capacity if queue_capacity is None else queue_capacity
         self.timeout_ms = timeout_ms
         self.retry = retry if retry is not None else NoRetry()
         self.on_error = on_error
@@ -241,8 +251,10 @@ class AsyncWaitOperator(StreamOperator):
                 self._restored.append(_Pending(Record(value, timestamp_ms), attempt, remaining_ms))
 
     def open(self) -> None:
-        self.queue = OrderedQueue(self.capacity) if self.mode == "ordered" else UnorderedQueue(self.capacity)
+        size = self.queue_capacity
+        self.queue = OrderedQueue(size) if self.mode == "ordered" else UnorderedQueue(size)
         self._waiting: deque[_Pending] = deque()
+        self._requests = 0  # records whose outcome is not decided yet
         self.function.open(self.context)
         # Replay what the snapshot held, in order; what does not fit waits for room.
         for pending in self._restored:
@@ -279,7 +291,13 @@ class AsyncWaitOperator(StreamOperator):
 
     @property
     def in_flight(self) -> int:
+        """Queue slots taken: requests, completed results waiting for their turn, watermarks."""
         return len(self.queue)
+
+    @property
+    def requests_in_flight(self) -> int:
+        """Records whose outcome is not decided yet (never more than ``capacity``)."""
+        return self._requests
 
     def snapshot_state(self) -> list[tuple[Any, ...]]:
         """Every element not yet emitted, in order: queued ones, then those waiting for room."""
@@ -318,9 +336,12 @@ class AsyncWaitOperator(StreamOperator):
         return self._try_start_record(element, pending.attempt, pending.remaining_ms)
 
     def _try_start_record(self, record: Record, attempt: int, remaining_ms: int | None) -> bool:
+        if self._requests >= self.capacity:
+            return False
         entry = RecordEntry(record)
         if not self.queue.try_put(entry):
             return False
+        self._requests += 1
         if remaining_ms is not None:
             deadline: int | None = self.context.processing_time.now_ms() + remaining_ms
         elif self.timeout_ms is not None:
@@ -332,6 +353,7 @@ class AsyncWaitOperator(StreamOperator):
         return True
 
     def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any) -> None:
+        self._requests -= 1
         if kind == "failure":
             error = self._record_error(entry, payload)
             if self.on_error == "fail":
@@ -341,7 +363,8 @@ class AsyncWaitOperator(StreamOperator):
         entry.kind = kind
         entry.payload = payload
         self.queue.on_complete(entry)
-        self._emit_completed()
+        # A request slot is free now, even if the result waits for its turn in the queue.
+        self._emit_completed(freed=self.queue_capacity > self.capacity)
 
     def _record_error(self, entry: RecordEntry, cause: BaseException) -> RecordError:
         record = entry.record
@@ -361,9 +384,8 @@ class AsyncWaitOperator(StreamOperator):
         error.__cause__ = cause
         return error
 
-    def _emit_completed(self) -> None:
+    def _emit_completed(self, freed: bool = False) -> None:
         """Emit every completed head, then let waiting elements in as room frees."""
-        freed = False
         while True:
             while self.queue.has_completed_elements():
                 entry = self.queue.pop_completed()
@@ -417,10 +439,12 @@ def async_wait(
     retry: RetryStrategy | None = None,
     on_error: Literal["fail", "dead_letter"] = "fail",
     name: str = "async_wait",
+    queue_capacity: int | None = None,
 ) -> AsyncWaitOperator:
     """Build an async I/O operator.
 
-    ``function`` is an ``AsyncFunction`` or an ``async def f(value) -> list``.
+    ``function`` is an ``AsyncFunction`` or an ``async def f(value) -> list``. ``capacity``
+    bounds the requests in flight; ``queue_capacity`` (default ``capacity``) the elements queued.
 
     >>> async def lookup(user_id):
     ...     return [{"user_id": user_id, "segment": "gold"}]
@@ -429,5 +453,6 @@ def async_wait(
     50
     """
     return AsyncWaitOperator(
-        function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name
+        function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name,
+        queue_capacity=queue_capacity,
     )

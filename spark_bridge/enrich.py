@@ -36,6 +36,7 @@ def enrich(
     on_error: Literal["fail", "dead_letter"] = "fail",
     progress: bool = True,
     job_name: str | None = None,
+    queue_capacity: int | None = None,
 ) -> "DataFrame | tuple[DataFrame, DataFrame]":
     """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
 
@@ -44,7 +45,9 @@ def enrich(
     operator actors, ``capacity`` in flight per instance) or a plain blocking function (run in
     micro-batched Ray tasks). Async I/O guarantees hold: ``ordered`` output keeps the input
     order; a request that passes ``timeout_ms`` gets ``fallback`` (a dict or ``row -> dict``)
-    or fails; ``retry`` retries failures.
+    or fails; ``retry`` retries failures. ``capacity`` bounds the requests in flight per
+    instance; with ``ordered``, a ``queue_capacity`` above it lets finished rows wait behind a
+    slow one while new requests start (by default the queue holds ``capacity`` rows, as in Flink).
 
     With ``on_error="fail"`` a failing row fails the job with an error that names the row; with
     ``on_error="dead_letter"`` the result is ``(enriched, dead_letters)``, the second holding
@@ -64,7 +67,7 @@ def enrich(
             raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
     stream = from_spark(df, parallelism=parallelism, job_name=job_name).async_map(
         wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-        fallback=fallback_fn, on_error=on_error, name="enrich",
+        fallback=fallback_fn, on_error=on_error, name="enrich", queue_capacity=queue_capacity,
     )
     return stream.to_spark(output_schema, dead_letters=on_error == "dead_letter", progress=progress)
 

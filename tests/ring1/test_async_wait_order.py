@@ -188,3 +188,35 @@ def test_bad_configuration_is_rejected_at_construction(kwargs, message):
 def test_a_plain_function_that_is_not_async_is_rejected():
     with pytest.raises(ConfigurationError, match="expected an async def function"):
         async_wait(lambda v: [v])
+
+
+def test_a_larger_queue_lets_requests_behind_a_slow_head_start_while_results_wait_their_turn():
+    fn = Scripted()
+    op = async_wait(fn, mode="ordered", capacity=2, queue_capacity=4)
+    h = OperatorHarness(op)
+    for v in "abcdef":
+        h.process_element(v, timestamp_ms=0)
+    assert [v for v, _ in fn.calls] == ["a", "b"]  # two requests at most
+    fn.complete("b")
+    h.run_until_idle()
+    assert [v for v, _ in fn.calls] == ["a", "b", "c"]  # "b" waits in the queue, "c" starts
+    fn.complete("c")
+    h.run_until_idle()
+    assert [v for v, _ in fn.calls] == ["a", "b", "c", "d"]
+    fn.complete("d")
+    h.run_until_idle()
+    # Four queue slots: "a" in flight, "b", "c", "d" done; "e" waits although a request is free.
+    assert [v for v, _ in fn.calls] == ["a", "b", "c", "d"] and op.requests_in_flight == 1
+    assert op.is_blocked() and h.output_values() == []
+    fn.complete("a")
+    h.run_until_idle()
+    assert h.output_values() == ["a", "b", "c", "d"]
+    assert [v for v, _ in fn.calls] == list("abcdef")
+    fn.complete("f"); fn.complete("e")
+    h.run_until_idle()
+    assert h.output_values() == list("abcdef")
+
+
+def test_queue_capacity_below_capacity_is_rejected():
+    with pytest.raises(ConfigurationError, match=r"queue_capacity must be an int >= capacity \(3\), got 2"):
+        async_wait(Scripted(), capacity=3, queue_capacity=2)

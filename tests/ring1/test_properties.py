@@ -77,9 +77,11 @@ def complete_one(fn: Scripted, data: st.DataObject) -> None:
     fn.complete(data.draw(st.sampled_from(fn.in_flight()), label="complete"))
 
 
-def drive(h: OperatorHarness, fn: Scripted, elements: list[Any], data: st.DataObject) -> None:
+def drive(
+    h: OperatorHarness, fn: Scripted, elements: list[Any], data: st.DataObject, check: Any = lambda: None
+) -> None:
     """Feed ``elements`` and complete requests, interleaved as hypothesis draws, then end the
-    input and complete whatever is left, in a drawn order."""
+    input and complete whatever is left, in a drawn order; ``check()`` runs after every step."""
     fed = 0
     while fed < len(elements) or fn.in_flight():
         if fed < len(elements) and (not fn.in_flight() or data.draw(st.booleans(), label="feed")):
@@ -87,10 +89,12 @@ def drive(h: OperatorHarness, fn: Scripted, elements: list[Any], data: st.DataOb
             fed += 1
         else:
             complete_one(fn, data)
+        check()
     h.end_input()
     while fn.in_flight():
         complete_one(fn, data)
         h.run_until_idle()
+        check()
 
 
 # ------------------------------------------------------------------ 1. ordered = input order
@@ -101,17 +105,26 @@ def drive(h: OperatorHarness, fn: Scripted, elements: list[Any], data: st.DataOb
     values=st.lists(st.integers(-1000, 1000), unique=True, max_size=10),
     watermark_after=st.sets(st.integers(0, 10), max_size=3),
     capacity=st.integers(1, 5),
+    extra_queue=st.sampled_from([0, 0, 1, 4]),
     data=st.data(),
 )
-def test_ordered_output_equals_input_order(values, watermark_after, capacity, data):
+def test_ordered_output_equals_input_order(values, watermark_after, capacity, extra_queue, data):
     fn = Scripted()
-    h = OperatorHarness(async_wait(fn, mode="ordered", capacity=capacity))
+    queue_capacity = capacity + extra_queue
+    op = async_wait(fn, mode="ordered", capacity=capacity, queue_capacity=queue_capacity)
+    h = OperatorHarness(op)
     inputs: list[Record | Watermark] = []
     for i, v in enumerate(values):
         inputs.append(Record(v, 100 + 10 * i))
         if i in watermark_after:
             inputs.append(Watermark(100 + 10 * i))  # watermarks count against capacity too
-    drive(h, fn, inputs, data)
+
+    def within_bounds() -> None:
+        h.run_until_idle()  # let completions re-enter first
+        assert len(fn.in_flight()) == op.requests_in_flight <= capacity
+        assert op.in_flight <= queue_capacity
+
+    drive(h, fn, inputs, data, within_bounds)
     assert h.is_finished
     # Values in input order, each with its own timestamp, watermarks where they came in.
     assert h.output == inputs
