@@ -23,6 +23,7 @@ printed is one JSON object.
 
     python -m benchmarks.enrich            # N = 200,000
     python -m benchmarks.enrich --quick    # N = 50,000
+    python -m benchmarks.enrich --profile lognormal --capacity 100    # one row of the table
 """
 
 from __future__ import annotations
@@ -153,7 +154,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 @click.command()
 @click.option("--quick", is_flag=True, help="N = 50,000 instead of 200,000")
 @click.option("--n", "n_override", type=int, default=None, help="records per run")
-def main(quick: bool, n_override: int | None) -> None:
+@click.option("--profile", "profile_names", type=click.Choice(profiles.PROFILES), multiple=True,
+              help="run only this latency profile (repeatable; default: all)")
+@click.option("--capacity", "capacities", type=int, multiple=True,
+              help="run only this C (repeatable; default: 100 and 1000)")
+def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], capacities: tuple[int, ...]) -> None:
     from spark_bridge.session import ensure_ray, spark_session, stop_spark
 
     n = n_override or (50_000 if quick else 200_000)
@@ -166,10 +171,10 @@ def main(quick: bool, n_override: int | None) -> None:
     df = make_events(spark, n)
     results: list[dict[str, Any]] = []
     try:
-        for profile_name in profiles.PROFILES:
+        for profile_name in profile_names or profiles.PROFILES:
             profile = get_profile(profile_name)
             mean_ms = profile.mean_latency_ms(n)
-            for capacity in (100, 1000):
+            for capacity in capacities or (100, 1000):
                 bound = min(P * capacity / mean_ms * 1000.0, P * bare)
                 row: dict[str, Any] = {"profile": profile_name, "capacity": capacity, "mean_latency_ms": round(mean_ms, 2),
                                        "bound_rps": round(bound, 1)}
@@ -203,22 +208,23 @@ def main(quick: bool, n_override: int | None) -> None:
         stop_spark()
 
     def pick(profile_name: str, capacity: int) -> dict[str, Any]:
-        return next(r for r in results if r["profile"] == profile_name and r["capacity"] == capacity)
+        # A run limited by --profile/--capacity may not have this row: its figures are then null.
+        return next((r for r in results if r["profile"] == profile_name and r["capacity"] == capacity), {})
 
     constant, lognormal = pick("constant", 100), pick("lognormal", 100)
     summary = {
         "n": n,
         "parallelism": P,
         "bare_asyncio_rps": round(bare, 1),
-        "bound_rps": constant["bound_rps"],
-        "actorflow_unordered_rps": constant["actorflow_unordered_rps"],
-        "actorflow_ordered_rps": constant["actorflow_ordered_rps"],
-        "actorflow_ordered_queued_rps": constant["actorflow_ordered_queued_rps"],
-        "actorflow_tasks_rps": constant["actorflow_tasks_rps"],
-        "actorflow_end_to_end_rps": lognormal["actorflow_end_to_end_rps"],
-        "actorflow_end_to_end_ordered_rps": lognormal["actorflow_end_to_end_ordered_rps"],
-        "spark_threadpool_rps": lognormal["spark_threadpool_rps"],
-        "ray_data_rps": lognormal["ray_data_rps"],
+        "bound_rps": constant.get("bound_rps"),
+        "actorflow_unordered_rps": constant.get("actorflow_unordered_rps"),
+        "actorflow_ordered_rps": constant.get("actorflow_ordered_rps"),
+        "actorflow_ordered_queued_rps": constant.get("actorflow_ordered_queued_rps"),
+        "actorflow_tasks_rps": constant.get("actorflow_tasks_rps"),
+        "actorflow_end_to_end_rps": lognormal.get("actorflow_end_to_end_rps"),
+        "actorflow_end_to_end_ordered_rps": lognormal.get("actorflow_end_to_end_ordered_rps"),
+        "spark_threadpool_rps": lognormal.get("spark_threadpool_rps"),
+        "ray_data_rps": lognormal.get("ray_data_rps"),
         "profiles": [
             {k: v for k, v in r.items() if not isinstance(v, dict) or k == "ratios"} for r in results
         ],
