@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from operators.errors import SchemaError, describe_value
 
-__all__ = ["TS_COLUMN", "VALUE_COLUMN", "rows_to_table", "table_to_rows"]
+__all__ = ["TS_COLUMN", "VALUE_COLUMN", "conform_table", "ipc_bytes", "rows_to_table", "table_to_rows"]
 
 TS_COLUMN = "__ts"
 VALUE_COLUMN = "value"
@@ -69,3 +69,38 @@ def _which_row(values: list[Any], schema: pa.Schema | None, error: Exception) ->
             expected = f" (expected schema: {schema.to_string(show_schema_metadata=False)!s})" if schema else ""
             return f"row {describe_value(value)} does not fit the output schema: {row_error}{expected}"
     return f"rows do not fit the output schema: {error}"
+
+
+def conform_table(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """``table``'s columns of ``target``, in its order and types; only timestamps may lose digits."""
+    missing = [name for name in target.names if name not in table.column_names]
+    if missing:
+        raise SchemaError(
+            f"table must have columns {target.names}, got {table.column_names} "
+            f"(missing {missing})"
+        )
+    picked = table.select(target.names)
+    columns = []
+    for field, column in zip(target, picked.columns):
+        if column.type == field.type:
+            columns.append(column)
+            continue
+        try:
+            # Only timestamp precision may be dropped (ns -> us); other casts must be exact.
+            safe = not pa.types.is_timestamp(field.type)
+            columns.append(column.cast(field.type, safe=safe))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            raise SchemaError(
+                f"column {field.name!r} must be castable to {field.type}, got {column.type}: "
+                f"{error}"
+            ) from error
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def ipc_bytes(tables: list[pa.Table]) -> bytes:
+    """One Arrow IPC stream of ``tables`` (which share a schema)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, tables[0].schema) as writer:
+        for table in tables:
+            writer.write_table(table)
+    return sink.getvalue().to_pybytes()

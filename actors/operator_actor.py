@@ -34,7 +34,7 @@ from operators.harness import AsyncioCoroutineRunner
 from operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
 from operators.operator import OperatorChain, OperatorContext, StreamOperator
 
-from .arrow_rows import table_to_rows
+from .arrow_rows import conform_table, ipc_bytes, table_to_rows
 from .channel import ChannelSender, InputGate
 from .metrics import OperatorMetricsExporter
 from .naming import instance_name
@@ -184,6 +184,18 @@ class OperatorActor:
         if self._local_sink is None:
             raise ValueError(f"{self.name}: not the last stage, its output went downstream")
         return self._local_sink.table(keep_timestamps=keep_timestamps)
+
+    async def take_ipc(self, schema: pa.Schema) -> tuple[bytes, int]:
+        """The last stage's output conformed to ``schema``, as Arrow IPC bytes, and its row count.
+
+        Call it with ``num_returns=2``: the bytes then go to the object store from here, for a
+        reader such as Spark's, without passing through the caller.
+        """
+        table = await self.take_table()
+        if table is None:
+            return b"", 0
+        conformed = conform_table(table, schema)
+        return ipc_bytes([conformed]), conformed.num_rows
 
     async def output_schema(self) -> pa.Schema | None:
         return self._local_sink.schema() if self._local_sink is not None else None

@@ -131,9 +131,13 @@ class DataStream:
 
     def execute(self, *, output_schema: pa.Schema | None = None, progress: bool = True) -> JobResult:
         """Run the pipeline to the end of its input; the output stays in the object store."""
+        self._check_ray()
+        return run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress)
+
+    @staticmethod
+    def _check_ray() -> None:
         if not ray.is_initialized():
             raise ConfigurationError("Ray is not initialised; call ray.init() or spark_bridge.ensure_ray() first")
-        return run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress)
 
     @property
     def graph(self) -> JobGraph:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 import ray
@@ -44,6 +44,7 @@ class JobResult:
     output_rows: int
     elapsed_s: float
     figures: list[dict[str, Any]] = field(default_factory=list)
+    finished: Any = None
 
     def to_arrow(self) -> pa.Table:
         tables = [t for t in ray.get(self.tables) if t is not None]
@@ -66,8 +67,13 @@ def run_job(
     side_tags: tuple[str, ...] = ("dead_letter",),
     progress: bool = True,
     actor_num_cpus: float = 0.0,
+    on_finish: Callable[[list[Any], list[pa.Schema | None]], Any] | None = None,
 ) -> JobResult:
     """Run ``graph`` on the connected Ray cluster until its input is exhausted.
+
+    ``on_finish(last_stage_actors, their_schemas)`` runs after the job drained and before its
+    actors go; what it returns is ``JobResult.finished``. A sink uses it to have the actors
+    write their output in the form it reads.
 
     The first stage reads the source itself when their parallelism matches, and the last stage
     keeps its output: a job of operators with one parallelism P runs on P actors. Otherwise
@@ -142,9 +148,11 @@ def run_job(
         schemas = ray.get([a.output_schema.remote() for a in last])
         side = {tag: [v for values in ray.get([a.take_side.remote(tag) for actors in stage_actors for a in actors])
                       for v in values] for tag in side_tags}
+        finished = on_finish(last, schemas) if on_finish is not None else None
         ray.wait(tables, num_returns=len(tables), fetch_local=False)
         output_rows = sum(f["records_out"] for f in ray.get([a.stats.remote() for a in last]))
-        return JobResult(job, tables, schemas, side, source.total_rows, output_rows, time.perf_counter() - started, figures)
+        return JobResult(job, tables, schemas, side, source.total_rows, output_rows, time.perf_counter() - started,
+                         figures, finished)
     finally:
         for handle in handles:
             ray.kill(handle, no_restart=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import pyarrow as pa
 
+from actors.arrow_rows import conform_table, ipc_bytes
 from operators.errors import SchemaError
 
 if TYPE_CHECKING:
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
 __all__ = [
     "dataframe_to_dataset",
     "dataset_block_refs",
+    "ipc_blocks_to_dataframe",
     "release_dataframe",
+    "spark_arrow_schema",
     "spark_schema",
     "tables_to_dataframe",
 ]
@@ -122,7 +125,7 @@ def spark_schema(schema: pa.Schema) -> Any:
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
 
-    normalized = _spark_arrow_schema(schema)
+    normalized = spark_arrow_schema(schema)
     return StructType(
         [
             StructField(field.name, from_arrow_type(field.type), nullable=field.nullable)
@@ -150,17 +153,16 @@ def tables_to_dataframe(
         tables_to_dataframe(spark, [t], t.schema).collect()    # [Row(id=1), Row(id=2), Row(id=3)]
     """
     import ray
-    from raydp.spark import get_raydp_master_owner, ray_dataset_to_spark_dataframe
 
-    target = _spark_arrow_schema(schema)
+    target = spark_arrow_schema(schema)
     struct = spark_schema(schema)
     if not tables:
         return spark.createDataFrame([], struct)
 
     if all(isinstance(table, pa.Table) for table in tables):
-        local = [_conform(table, target) for table in tables]  # type: ignore[arg-type]
+        local = [conform_table(table, target) for table in tables]  # type: ignore[arg-type]
         groups = _contiguous_groups([table.nbytes for table in local])
-        blobs = [_ipc_bytes([local[i] for i in group]) for group in groups]
+        blobs = [ipc_bytes([local[i] for i in group]) for group in groups]
         counts = [sum(local[i].num_rows for i in group) for group in groups]
         block_refs = [ray.put(blob) for blob in blobs]
     elif all(isinstance(table, ray.ObjectRef) for table in tables):
@@ -178,18 +180,30 @@ def tables_to_dataframe(
             + ", ".join(kinds)
         )
 
-    block_refs = [ref for ref, count in zip(block_refs, counts) if count > 0]
-    if not block_refs:
-        return spark.createDataFrame([], struct)
+    return ipc_blocks_to_dataframe(spark, schema, [ref for ref, count in zip(block_refs, counts) if count > 0])
 
+
+def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: list[ray.ObjectRef]) -> DataFrame:
+    """A DataFrame over blocks of Arrow IPC bytes in Ray's object store, one partition each.
+
+    Every block must already hold ``spark_arrow_schema(schema)``: ``tables_to_dataframe``
+    makes such blocks, and so do the operator actors of a job (``take_ipc``). The blocks stay
+    pinned for the rest of the Spark session.
+    """
+    import ray
+    from raydp.spark import get_raydp_master_owner, ray_dataset_to_spark_dataframe
+
+    if not block_refs:
+        return spark.createDataFrame([], spark_schema(schema))
     # The DataFrame holds only object IDs; the Spark master actor keeps the objects alive.
     owner = get_raydp_master_owner(spark)
     ray.get(owner.set_reference_as_state(ray.get_actor(owner.actor_name), block_refs))
     # Blocks that are Arrow IPC bytes take RayDP's JVM path: executors decode them natively.
-    return ray_dataset_to_spark_dataframe(spark, target, block_refs)
+    return ray_dataset_to_spark_dataframe(spark, spark_arrow_schema(schema), block_refs)
 
 
-def _spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as Spark's Arrow reader takes it: microsecond timestamps, 32-bit offsets."""
     fields = []
     for field in schema:
         data_type = field.type
@@ -204,44 +218,11 @@ def _spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
-    missing = [name for name in target.names if name not in table.column_names]
-    if missing:
-        raise SchemaError(
-            f"table must have columns {target.names}, got {table.column_names} "
-            f"(missing {missing})"
-        )
-    picked = table.select(target.names)
-    columns = []
-    for field, column in zip(target, picked.columns):
-        if column.type == field.type:
-            columns.append(column)
-            continue
-        try:
-            # Only timestamp precision may be dropped (ns -> us); other casts must be exact.
-            safe = not pa.types.is_timestamp(field.type)
-            columns.append(column.cast(field.type, safe=safe))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-            raise SchemaError(
-                f"column {field.name!r} must be castable to {field.type}, got {column.type}: "
-                f"{error}"
-            ) from error
-    return pa.Table.from_arrays(columns, schema=target)
-
-
-def _ipc_bytes(tables: list[pa.Table]) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, tables[0].schema) as writer:
-        for table in tables:
-            writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 def _conform_to_ipc(target: pa.Schema, *tables: pa.Table) -> tuple[bytes, int]:
     # Runs as a Ray task next to the blocks. Python bytes are stored in Ray's cross-language
     # format, which the JVM executors can read.
-    conformed = [_conform(table, target) for table in tables]
-    return _ipc_bytes(conformed), sum(table.num_rows for table in conformed)
+    conformed = [conform_table(table, target) for table in tables]
+    return ipc_bytes(conformed), sum(table.num_rows for table in conformed)
 
 
 @functools.cache

@@ -13,12 +13,18 @@ import ray
 
 from actors.source_actor import event_time_ms
 from cluster.datastream import DataStream
-from cluster.job import JobResult
+from cluster.job import JobResult, run_job
 from cluster.job_graph import JobGraph, SourceNode
 from operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from operators.errors import ConfigurationError, SchemaError
 
-from .arrow_io import dataframe_to_dataset, dataset_block_refs, tables_to_dataframe
+from .arrow_io import (
+    dataframe_to_dataset,
+    dataset_block_refs,
+    ipc_blocks_to_dataframe,
+    spark_arrow_schema,
+    tables_to_dataframe,
+)
 from .session import ensure_ray
 
 if TYPE_CHECKING:
@@ -65,9 +71,25 @@ class SparkDataStream(DataStream):
     ) -> "DataFrame | tuple[DataFrame, DataFrame]":
         """Run the pipeline; return its output as a DataFrame (and the dead letters, if asked)."""
         schema = to_arrow_schema(output_schema)
-        result = self.execute(output_schema=schema, progress=progress)
+        input_schema = self._input_schema
+
+        def write_ipc(actors: list[Any], schemas: list[pa.Schema | None]) -> tuple[pa.Schema, list[Any]]:
+            # Each last-stage actor writes its own output as an IPC block: one Spark partition
+            # per instance, converted in parallel where the rows already are.
+            present = [s for s in schemas if s is not None]
+            target = schema or (pa.unify_schemas(present, promote_options="permissive") if present else input_schema)
+            spark_target = spark_arrow_schema(target)
+            pairs = [a.take_ipc.options(num_returns=2).remote(spark_target)
+                     for a, s in zip(actors, schemas) if s is not None]
+            counts = ray.get([count for _, count in pairs])  # a table that does not fit fails here
+            return target, [block for (block, _), n in zip(pairs, counts) if n > 0]
+
+        self._check_ray()
+        result = run_job(self._graph, job_name=self.job_name, output_schema=schema, progress=progress,
+                         on_finish=write_ipc)
         self.last_result = result
-        out = result_to_dataframe(self._spark, result, schema, self._input_schema)
+        target, blocks = result.finished
+        out = ipc_blocks_to_dataframe(self._spark, target, blocks)
         if not dead_letters:
             letters = result.side_outputs.get(DEAD_LETTER, [])
             if letters:
@@ -76,15 +98,6 @@ class SparkDataStream(DataStream):
                 )
             return out
         return out, dead_letters_to_dataframe(self._spark, result.side_outputs.get(DEAD_LETTER, []), self._input_schema)
-
-
-def result_to_dataframe(spark: "SparkSession", result: JobResult, schema: pa.Schema | None, fallback: pa.Schema) -> "DataFrame":
-    """The job's output as a DataFrame; without ``schema``, the union of the channels' schemas."""
-    present = [ref for ref, s in zip(result.tables, result.schemas) if s is not None]
-    if schema is None:
-        schemas = [s for s in result.schemas if s is not None]
-        schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else fallback
-    return tables_to_dataframe(spark, present, schema)
 
 
 def dead_letters_to_dataframe(spark: "SparkSession", letters: list[DeadLetter], input_schema: pa.Schema) -> "DataFrame":
