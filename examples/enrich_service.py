@@ -313,6 +313,13 @@ class EnrichmentService:
     async def _shutdown(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        # Handlers still sleeping (hanging requests, idle keep-alive connections) are cancelled
+        # and awaited here, rather than destroyed while pending when the loop closes.
+        current = asyncio.current_task()
+        pending = [task for task in asyncio.all_tasks() if task is not current]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     def _draw(self, user_id: int, attempt: int) -> tuple[float, str]:
         """(latency in ms, outcome) for one request: a pure function of (seed, user_id, attempt)."""
