@@ -86,7 +86,6 @@ class RayTaskFunction(AsyncFunction):
         self._pending: deque[tuple[Any, ResultFuture]] = deque()
         self._running = 0
         self._timer: asyncio.TimerHandle | None = None
-        self.tasks_sent = 0
 
     def open(self, context: Any) -> None:
         self._loop = asyncio.get_running_loop()
@@ -118,7 +117,6 @@ class RayTaskFunction(AsyncFunction):
             if not batch:
                 continue
             self._running += 1
-            self.tasks_sent += 1
             ref = self._remote.remote(self._fn_ref, [v for v, _ in batch])
             self._loop.create_task(self._await(ref, [f for _, f in batch]))
 

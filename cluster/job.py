@@ -72,8 +72,8 @@ def run_job(
     """Run ``graph`` on the connected Ray cluster until its input is exhausted.
 
     ``on_finish(last_stage_actors, their_schemas)`` runs after the job drained and before its
-    actors go; what it returns is ``JobResult.finished``. A sink uses it to have the actors
-    write their output in the form it reads.
+    actors go; what it returns is ``JobResult.finished``, and ``JobResult.tables`` stays empty.
+    A sink uses it to have the actors write their output in the form it reads.
 
     The first stage reads the source itself when their parallelism matches, and the last stage
     keeps its output: a job of operators with one parallelism P runs on P actors. Otherwise
@@ -144,7 +144,8 @@ def run_job(
         _await_job(job, runs + waits, sources or first, source.total_rows, progress)
         figures = ray.get(runs + waits)
         last = stage_actors[-1]
-        tables = [a.take_table.remote() for a in last]
+        # With a hook, the hook takes the output in its own form; the tables are not made too.
+        tables = [a.take_table.remote() for a in last] if on_finish is None else []
         schemas = ray.get([a.output_schema.remote() for a in last])
         side = {tag: [v for values in ray.get([a.take_side.remote(tag) for actors in stage_actors for a in actors])
                       for v in values] for tag in side_tags}
