@@ -15,7 +15,10 @@ Measured in one run:
   results without bound);
 - Spark ``mapInPandas`` with a thread pool of C threads per partition, P partitions;
 - Ray Data ``map_batches`` with an async callable class, P actors, C calls in flight each;
-- the bound: min(P * C / mean latency, P * the requests/s of a bare asyncio loop on one core).
+- the bound: min(P * C / mean latency, P * the requests/s of a bare asyncio loop on one core);
+- for the constant profile, the ceiling of Ray tasks themselves on this machine
+  (``ray_tasks_ceiling``): P async actors that do nothing but send tasks of C blocking calls, run
+  by the same thread pool as actorflow's, one task in flight each. The tasks stage cannot beat it.
 
 Stage figures run from the first call's issue to the last call's completion; DataFrame figures
 from the input DataFrame to a materialised output DataFrame, checked row by row. The last line
@@ -37,6 +40,7 @@ import click
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import ray
 
 from benchmarks import profiles
 from benchmarks.baselines import (
@@ -113,6 +117,50 @@ def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: i
     }
 
 
+@ray.remote(num_cpus=0)
+class _TaskSender:
+    """One of the P senders of the Ray-task ceiling: no pipeline, only tasks of blocking calls."""
+
+    async def run(self, fn: Any, ids: list[int], batch: int) -> list[dict[str, Any]]:
+        from actors.task_function import _run_batch
+
+        task = ray.remote(_run_batch).options(num_cpus=0)
+        fn_ref = ray.put(fn)
+        await task.remote(fn_ref, [])  # the worker process starts before the first call
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(ids), batch):
+            for ok, rows in await task.remote(fn_ref, [{"id": i} for i in ids[start:start + batch]]):
+                if not ok:
+                    raise rows
+                out.extend(rows)
+        return out
+
+
+def ray_tasks_ceiling(n: int, profile: LatencyProfile, capacity: int) -> dict[str, Any]:
+    """Records/s of bare Ray tasks of ``capacity`` blocking calls, P senders, one task each."""
+    senders = [_TaskSender.remote() for _ in range(P)]  # type: ignore[attr-defined]
+    try:
+        shares = np.array_split(np.arange(n, dtype=np.int64), P)
+        rows = [r for part in ray.get([s.run.remote(_blocking_call(profile), share.tolist(), capacity)
+                                       for s, share in zip(senders, shares)]) for r in part]
+    finally:
+        for sender in senders:
+            ray.kill(sender)
+    ids = np.array([r["id"] for r in rows])
+    if len(ids) != n or len(np.unique(ids)) != n or any(r["result"] != profiles.call_result(r["id"]) for r in rows):
+        raise AssertionError(f"ray_tasks_ceiling: expected each of {n} ids once, called; got {len(ids)} rows")
+    first = min(r["issued_at"] for r in rows)
+    last = max(r["issued_at"] + r["latency_ms"] / 1000.0 for r in rows)
+    latencies = np.array([r["latency_ms"] for r in rows])
+    return {
+        "system": "ray_tasks_ceiling",
+        "n": n,
+        "stage_records_per_s": round(n / (last - first), 1),
+        "p50_ms": round(float(np.percentile(latencies, 50)), 2),
+        "p99_ms": round(float(np.percentile(latencies, 99)), 2),
+    }
+
+
 def _actorflow_enrich_once(
     df: Any, profile: LatencyProfile, capacity: int, parallelism: int, *, ordered: bool
 ) -> tuple[Any, float, dict[str, Any]]:
@@ -128,8 +176,8 @@ def _actorflow_enrich_once(
     out = enrich(df, columns, ordered=ordered, capacity=capacity, parallelism=parallelism,
                  output_schema=_output_schema(df), progress=False,
                  queue_capacity=QUEUE_FACTOR * capacity if ordered else None)
-    out = _materialize(out)
-    return out, time.perf_counter() - started, {}
+    assert not isinstance(out, tuple)  # no dead letters were asked for
+    return _materialize(out), time.perf_counter() - started, {}
 
 
 def actorflow_end_to_end(df: Any, profile: LatencyProfile, capacity: int, *, ordered: bool) -> dict[str, Any]:
@@ -183,6 +231,13 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
                     row[f"actorflow_{kind}_rps"] = stage["stage_records_per_s"]
                     row[f"actorflow_{kind}"] = stage
                     print(f"  {profile_name} C={capacity} actorflow {kind}: {stage}", flush=True)
+                if profile.sigma == 0:
+                    # Under a spread of latencies a task lasts as long as its slowest call, so the
+                    # ceiling is measured where the tasks target is set: constant latency.
+                    ceiling = ray_tasks_ceiling(n, profile, capacity)
+                    row["ray_tasks_ceiling_rps"] = ceiling["stage_records_per_s"]
+                    row["ray_tasks_ceiling"] = ceiling
+                    print(f"  {profile_name} C={capacity} ray tasks ceiling: {ceiling}", flush=True)
                 for name, run in (("actorflow_end_to_end", lambda: actorflow_end_to_end(df, profile, capacity, ordered=False)),
                                   ("actorflow_end_to_end_ordered",
                                    lambda: actorflow_end_to_end(df, profile, capacity, ordered=True)),
@@ -198,6 +253,8 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
                     "ordered_vs_bound": _ratio(row["actorflow_ordered_rps"], bound),
                     "ordered_queued_vs_bound": _ratio(row["actorflow_ordered_queued_rps"], bound),
                     "tasks_vs_bound": _ratio(row["actorflow_tasks_rps"], bound),
+                    "ray_tasks_ceiling_vs_bound": _ratio(row.get("ray_tasks_ceiling_rps"), bound),
+                    "tasks_vs_ray_tasks_ceiling": _ratio(row["actorflow_tasks_rps"], row.get("ray_tasks_ceiling_rps")),
                     "end_to_end_vs_spark": _ratio(row["actorflow_end_to_end_rps"], row["spark_threadpool_rps"]),
                     "end_to_end_vs_ray_data": _ratio(row["actorflow_end_to_end_rps"], row["ray_data_rps"]),
                     "end_to_end_ordered_vs_spark": _ratio(row["actorflow_end_to_end_ordered_rps"], row["spark_threadpool_rps"]),
@@ -221,6 +278,7 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
         "actorflow_ordered_rps": constant.get("actorflow_ordered_rps"),
         "actorflow_ordered_queued_rps": constant.get("actorflow_ordered_queued_rps"),
         "actorflow_tasks_rps": constant.get("actorflow_tasks_rps"),
+        "ray_tasks_ceiling_rps": constant.get("ray_tasks_ceiling_rps"),
         "actorflow_end_to_end_rps": lognormal.get("actorflow_end_to_end_rps"),
         "actorflow_end_to_end_ordered_rps": lognormal.get("actorflow_end_to_end_ordered_rps"),
         "spark_threadpool_rps": lognormal.get("spark_threadpool_rps"),
@@ -238,7 +296,8 @@ def _print_row(row: dict[str, Any]) -> None:
         f"{row['profile']:>9} C={row['capacity']:<5} bound {row['bound_rps']:>9,.0f}/s | stage: unordered "
         f"{row['actorflow_unordered_rps']:>8,.0f} ({r['unordered_vs_bound']}x) ordered {row['actorflow_ordered_rps']:>8,.0f} "
         f"({r['ordered_vs_bound']}x) queued {row['actorflow_ordered_queued_rps']:>8,.0f} "
-        f"({r['ordered_queued_vs_bound']}x) tasks {row['actorflow_tasks_rps']:>8,.0f} ({r['tasks_vs_bound']}x) | DataFrame: "
+        f"({r['ordered_queued_vs_bound']}x) tasks {row['actorflow_tasks_rps']:>8,.0f} ({r['tasks_vs_bound']}x; "
+        f"Ray-task ceiling {r['ray_tasks_ceiling_vs_bound']}x) | DataFrame: "
         f"actorflow {row['actorflow_end_to_end_rps']:>8,.0f} spark {row['spark_threadpool_rps']:>8,.0f} "
         f"ray data {row['ray_data_rps']:>8,.0f} ({r['end_to_end_vs_spark']}x spark, {r['end_to_end_vs_ray_data']}x ray data)",
         flush=True,
