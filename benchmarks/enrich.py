@@ -292,12 +292,12 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
 
 def _print_row(row: dict[str, Any]) -> None:
     r = row["ratios"]
+    ceiling = f"; Ray-task ceiling {r['ray_tasks_ceiling_vs_bound']}x" if r["ray_tasks_ceiling_vs_bound"] else ""
     print(
         f"{row['profile']:>9} C={row['capacity']:<5} bound {row['bound_rps']:>9,.0f}/s | stage: unordered "
         f"{row['actorflow_unordered_rps']:>8,.0f} ({r['unordered_vs_bound']}x) ordered {row['actorflow_ordered_rps']:>8,.0f} "
         f"({r['ordered_vs_bound']}x) queued {row['actorflow_ordered_queued_rps']:>8,.0f} "
-        f"({r['ordered_queued_vs_bound']}x) tasks {row['actorflow_tasks_rps']:>8,.0f} ({r['tasks_vs_bound']}x; "
-        f"Ray-task ceiling {r['ray_tasks_ceiling_vs_bound']}x) | DataFrame: "
+        f"({r['ordered_queued_vs_bound']}x) tasks {row['actorflow_tasks_rps']:>8,.0f} ({r['tasks_vs_bound']}x{ceiling}) | DataFrame: "
         f"actorflow {row['actorflow_end_to_end_rps']:>8,.0f} spark {row['spark_threadpool_rps']:>8,.0f} "
         f"ray data {row['ray_data_rps']:>8,.0f} ({r['end_to_end_vs_spark']}x spark, {r['end_to_end_vs_ray_data']}x ray data)",
         flush=True,
