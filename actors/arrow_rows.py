@@ -1,94 +1,260 @@
 """Arrow batches <-> records: the per-record work stays inside an actor.
 
-A channel batch is a ``pyarrow.Table`` whose column ``__ts`` holds each row's event time in
-milliseconds (null when there is none). Records inside an operator are Python values; a batch
-of dict values becomes a table with one column per key, any other values a ``value`` column.
+A channel batch is a ``RowBatch``: a ``pyarrow.Table`` of the user's columns, and beside it (never
+inside it, so no name of the user's can collide with it) each row's event time in milliseconds.
+Records inside an operator are Python values; a batch of dict values becomes a table with one
+column per key, any other values a ``value`` column.
+
+Types: rows go through Python and back, and Python has one ``int``, one ``float`` and naive or
+aware ``datetime``s. ``SchemaTracker`` gives every output column back its exact Arrow type: the
+type the column had on input (``hint``, the source's schema) if the values still fit it without
+change, else the type the column took in the actor's earlier batches, else the inferred one.
+Columns that disagree widen where Spark would (int → bigint → double, decimals to the wider one,
+null to anything); any other disagreement is a ``SchemaError`` naming the column, both types and a
+row, raised at the batch where it first shows.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from operators.errors import SchemaError, describe_value
 
-__all__ = ["TS_COLUMN", "VALUE_COLUMN", "conform_table", "ipc_bytes", "rows_to_table", "table_to_rows"]
+__all__ = [
+    "RowBatch", "SchemaTracker", "VALUE_COLUMN", "conform_table", "ipc_bytes", "rows_to_batch", "table_to_rows",
+    "unify_output_schemas",
+]
 
-TS_COLUMN = "__ts"
 VALUE_COLUMN = "value"
+_BARE = {b"actorflow.bare": b"1"}
 
 
-def table_to_rows(table: pa.Table) -> Iterator[tuple[Any, int | None]]:
-    """``(value, timestamp_ms)`` per row; a ``value``-only table yields bare values."""
-    names = [n for n in table.column_names if n != TS_COLUMN]
+class RowBatch(NamedTuple):
+    """A batch on a channel: the user's columns, and each row's event time (or None)."""
+
+    table: pa.Table
+    timestamps: pa.Array | None  # int64 milliseconds, one per row; None when no row has one
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+    def slice(self, offset: int, length: int) -> "RowBatch":
+        ts = None if self.timestamps is None else self.timestamps.slice(offset, length)
+        return RowBatch(self.table.slice(offset, length), ts)
+
+
+def table_to_rows(batch: RowBatch) -> Iterator[tuple[Any, int | None]]:
+    """``(value, timestamp_ms)`` per row; a bare-value batch yields bare values."""
+    table = batch.table
     timestamps: Sequence[int | None]
-    if TS_COLUMN in table.column_names:
-        timestamps = table.column(TS_COLUMN).to_pylist()
+    timestamps = batch.timestamps.to_pylist() if batch.timestamps is not None else [None] * table.num_rows
+    if table.column_names == [VALUE_COLUMN] and table.schema.metadata and table.schema.metadata.get(b"actorflow.bare") == b"1":
+        values: list[Any] = table.column(0).to_pylist()
     else:
-        timestamps = [None] * table.num_rows
-    body = table.select(names)
-    if names == [VALUE_COLUMN] and table.schema.metadata and table.schema.metadata.get(b"actorflow.bare") == b"1":
-        values: list[Any] = body.column(0).to_pylist()
-    else:
-        values = body.to_pylist()
+        values = table.to_pylist()
     return zip(values, timestamps)
 
 
-def rows_to_table(values: list[Any], timestamps: list[int | None], schema: pa.Schema | None = None) -> pa.Table:
-    """Build a channel batch. With ``schema``, every row must fit it, or ``SchemaError`` says which."""
+def rows_to_batch(
+    values: list[Any], timestamps: list[int | None], schema: pa.Schema | None = None,
+    tracker: "SchemaTracker | None" = None,
+) -> RowBatch:
+    """Build a channel batch.
+
+    With ``schema``, every row must fit it exactly, or ``SchemaError`` says which row does not.
+    Otherwise ``tracker`` (or a fresh one) decides each column's type.
+    """
+    ts = pa.array(timestamps, type=pa.int64()) if any(t is not None for t in timestamps) else None
     if values and not isinstance(values[0], dict):
-        table = pa.table({VALUE_COLUMN: values})
-        table = table.replace_schema_metadata({b"actorflow.bare": b"1"})
-    else:
+        table = pa.table({VALUE_COLUMN: values}).replace_schema_metadata(_BARE)
+    elif schema is not None:
         try:
-            table = pa.Table.from_pylist(values, schema=schema) if schema is not None else _from_dicts(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, KeyError) as error:
+            table = _fit(values, schema)
+        except SchemaError as error:
             raise SchemaError(_which_row(values, schema, error)) from error
-    return table.append_column(TS_COLUMN, pa.array(timestamps, type=pa.int64()))
+    else:
+        table = (tracker or SchemaTracker()).table(values)
+    return RowBatch(table, ts)
 
 
-def _from_dicts(values: list[dict[str, Any]]) -> pa.Table:
-    # Every key of every row becomes a column: inferring columns from the first row alone
-    # would silently drop the keys that only later rows have.
-    keys: dict[str, None] = {}
-    for value in values:
-        if not isinstance(value, dict):
-            raise TypeError(f"expected a dict, got {type(value).__name__}")
-        keys.update(dict.fromkeys(value))
-    return pa.table({k: [v.get(k) for v in values] for k in keys})
+class SchemaTracker:
+    """Builds tables of dict rows, keeping each column's type stable across an actor's batches.
+
+    ``hint`` is the schema the columns had on input. See the module docstring for the rules.
+
+    >>> t = SchemaTracker(pa.schema([("n", pa.int32())]))
+    >>> t.table([{"n": 1, "new": 2.5}]).schema.types
+    [DataType(int32), DataType(double)]
+    """
+
+    def __init__(self, hint: pa.Schema | None = None) -> None:
+        self._hint = {f.name: f.type for f in hint} if hint is not None else {}
+        self._types: dict[str, pa.DataType] = {}
+
+    def table(self, values: list[Any]) -> pa.Table:
+        # Every key of every row becomes a column: inferring columns from the first row alone
+        # would silently drop the keys that only later rows have.
+        keys: dict[str, None] = {}
+        for value in values:
+            if not isinstance(value, dict):
+                raise SchemaError(
+                    f"every record must be a dict of column values once the first is, got a {type(value).__name__}: "
+                    f"{describe_value(value)}"
+                )
+            keys.update(dict.fromkeys(value))
+        columns = {name: self._column(name, [v.get(name) for v in values], values) for name in keys}
+        return pa.table(columns)
+
+    def _column(self, name: str, column: list[Any], rows: list[Any]) -> pa.Array:
+        known = self._types.get(name)
+        target = known if known is not None else self._hint.get(name)
+        if target is not None and _has_map(target):
+            # Arrow infers a dict as a struct and cannot infer a map at all: a map column's
+            # values must fit its type (a dict, or (key, value) pairs).
+            array = _build_exact(name, column, rows, target)
+        else:
+            try:
+                array = pa.array(column)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as error:
+                raise SchemaError(_mixed_types(name, column, rows, error)) from error
+        if target is not None and array.type != target:
+            try:
+                array = array.cast(target, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                if known is not None:
+                    array = self._widen(name, known, array, rows)
+                # else: the values no longer fit the input's type; the user changed the column.
+        elif target is None and pa.types.is_timestamp(array.type) and array.type.tz is None:
+            # A new column of naive datetimes: read as UTC, Spark's session time zone here.
+            array = array.cast(pa.timestamp(array.type.unit, tz="UTC"))
+        if known is None or (known == pa.null() and array.type != pa.null()):
+            self._types[name] = array.type
+        return array
+
+    def _widen(self, name: str, known: pa.DataType, array: pa.Array, rows: list[Any]) -> pa.Array:
+        try:
+            wider = pa.unify_schemas(
+                [pa.schema([(name, known)]), pa.schema([(name, array.type)])], promote_options="permissive"
+            ).field(name).type
+            array = array.cast(wider, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+            row = next((r for r in rows if r.get(name) is not None), None)
+            raise SchemaError(
+                f"column {name!r} holds {known} in earlier rows and {array.type} in row {describe_value(row)}; "
+                "a column needs one type (integers widen to bigint and double, as in Spark)"
+            ) from error
+        self._types[name] = wider
+        return array
 
 
-def _which_row(values: list[Any], schema: pa.Schema | None, error: Exception) -> str:
+def _has_map(data_type: pa.DataType) -> bool:
+    if pa.types.is_map(data_type):
+        return True
+    return any(_has_map(data_type.field(i).type) for i in range(data_type.num_fields))
+
+
+def _build_exact(name: str, column: list[Any], rows: list[Any], target: pa.DataType) -> pa.Array:
+    # Arrow cannot infer a map from Python values; build it with its type and make sure that
+    # nothing changed on the way (a float in an int field would be truncated silently).
+    try:
+        array = pa.array(column, type=target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as error:
+        raise SchemaError(f"column {name!r} must hold {target}: {error}") from error
+    for value, back, row in zip(column, array.to_pylist(), rows):
+        if _normal(value) != _normal(back):
+            raise SchemaError(
+                f"column {name!r} must hold {target}, got {describe_value(value)} in row {describe_value(row)}"
+            )
+    return array
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, dict):
+        return sorted(([k, _normal(v)] for k, v in value.items()), key=repr)
+    if isinstance(value, (list, tuple)):
+        items = [_normal(v) for v in value]
+        if all(isinstance(v, (list, tuple)) and len(v) == 2 for v in value):
+            return sorted(items, key=repr)  # a map given as (key, value) pairs
+        return items
+    return value
+
+
+def _mixed_types(name: str, column: list[Any], rows: list[Any], error: Exception) -> str:
+    seen: dict[str, Any] = {}
+    for value, row in zip(column, rows):
+        if value is not None:
+            seen.setdefault(type(value).__name__, row)
+    if len(seen) > 1:
+        (first, row_a), (second, row_b) = list(seen.items())[:2]
+        return (
+            f"column {name!r} holds {first} in row {describe_value(row_a)} and {second} in row "
+            f"{describe_value(row_b)}; a column needs one type (integers widen to bigint and double, as in Spark)"
+        )
+    return f"column {name!r} cannot become an Arrow column: {error}"
+
+
+def _fit(values: list[Any], schema: pa.Schema) -> pa.Table:
+    # Never pa.Table.from_pylist(values, schema=...): it truncates a float given for an int.
+    return conform_table(SchemaTracker(schema).table(values), schema)
+
+
+def _which_row(values: list[Any], schema: pa.Schema, error: Exception) -> str:
     for i, value in enumerate(values):
         if not isinstance(value, dict):
             return f"row {i} is a {type(value).__name__}, expected a dict of column values: {describe_value(value)}"
         try:
-            pa.Table.from_pylist([value], schema=schema)
+            _fit([value], schema)
         except Exception as row_error:
             expected = f" (expected schema: {schema.to_string(show_schema_metadata=False)!s})" if schema else ""
             return f"row {describe_value(value)} does not fit the output schema: {row_error}{expected}"
     return f"rows do not fit the output schema: {error}"
 
 
+def unify_output_schemas(schemas: list[pa.Schema], samples: list[dict[str, Any] | None] | None = None) -> pa.Schema:
+    """The schema the output of several actors shares; a clear error names a column they disagree on."""
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        types: dict[str, dict[str, int]] = {}
+        for i, schema in enumerate(schemas):
+            for field in schema:
+                types.setdefault(field.name, {}).setdefault(str(field.type), i)
+        for name, kinds in types.items():
+            non_null = {k: i for k, i in kinds.items() if k != "null"}
+            if len(non_null) > 1:
+                (a, i), (b, j) = list(non_null.items())[:2]
+                rows = ""
+                if samples is not None:
+                    rows = f" (rows {describe_value(samples[i])} and {describe_value(samples[j])})"
+                raise SchemaError(
+                    f"column {name!r} holds {a} in one instance's output and {b} in another's{rows}; "
+                    "a column needs one type (integers widen to bigint and double, as in Spark)"
+                ) from error
+        raise SchemaError(f"the outputs of the job's instances do not share a schema: {error}") from error
+
+
 def conform_table(table: pa.Table, target: pa.Schema) -> pa.Table:
-    """``table``'s columns of ``target``, in its order and types; only timestamps may lose digits."""
-    missing = [name for name in target.names if name not in table.column_names]
-    if missing:
-        raise SchemaError(
-            f"table must have columns {target.names}, got {table.column_names} "
-            f"(missing {missing})"
-        )
-    picked = table.select(target.names)
+    """``table``'s columns of ``target``, in its order and types; only timestamps may lose digits.
+
+    A column of ``target`` that ``table`` lacks becomes nulls (a column no row of this part had).
+    """
     columns = []
-    for field, column in zip(target, picked.columns):
+    for field in target:
+        if field.name not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(field.name)
         if column.type == field.type:
             columns.append(column)
             continue
         try:
             # Only timestamp precision may be dropped (ns -> us); other casts must be exact.
             safe = not pa.types.is_timestamp(field.type)
-            columns.append(column.cast(field.type, safe=safe))
+            columns.append(pc.cast(column, field.type, safe=safe))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
             raise SchemaError(
                 f"column {field.name!r} must be castable to {field.type}, got {column.type}: "

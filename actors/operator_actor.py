@@ -28,7 +28,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from operators.clock import SystemClock
-from operators.errors import portable
+from operators.errors import ActorflowError, portable
 from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark, WatermarkStatus
 from operators.harness import AsyncioCoroutineRunner
 from operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
@@ -58,6 +58,7 @@ class ChainSpec:
     partitioning: str = "forward"
     key: Callable[[Any], Any] | None = None
     output_schema: pa.Schema | None = None
+    input_schema: pa.Schema | None = None  # the source's column types, which output columns keep
     batch_size: int = 2048
     input_capacity: int = 4
     outbox_capacity: int = 8
@@ -90,8 +91,10 @@ class OperatorActor:
         self._batches_in = 0
         self._records_in = 0
         self._reader: BlockReader | None = None
+        self._clock = SystemClock()
         self._local_sink: LocalSink | None = None
         self._side_outputs: dict[str, list[Any]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:
         return self.name
@@ -113,7 +116,7 @@ class OperatorActor:
         self.processor = MailboxProcessor(self._default_action)
         self.processor.mailbox.bind_to_current_thread()
         executor = self.processor.executor(0)
-        clock = SystemClock()
+        clock = self._clock = SystemClock()
         self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity * spec.num_inputs, on_item=self._wake)
         channel_id = 0 if spec.partitioning == "forward" else spec.index
         senders: list[ChannelSender | LocalSink]
@@ -121,10 +124,12 @@ class OperatorActor:
             senders = [self._local_sink]
         else:
             senders = [ChannelSender(h, channel_id, credits=spec.credits) for h in self._downstream or []]
-        self._outbox = Outbox(senders, max_pending=spec.outbox_capacity, on_room=self._wake)
+        self._outbox = Outbox(senders, max_pending=spec.outbox_capacity, on_room=self._wake,
+                              on_error=lambda error: self._background_failed("sending output downstream", error))
         partitioner = Partitioner(spec.partitioning, len(senders), spec.key)
         self._output = BatchingOutput(
-            self._outbox, partitioner, batch_size=spec.batch_size, schema=spec.output_schema, side=self._on_side
+            self._outbox, partitioner, batch_size=spec.batch_size, schema=spec.output_schema, side=self._on_side,
+            hint=spec.input_schema,
         )
         processing_time = AsyncioProcessingTimeService(loop, executor, clock)
         runner = AsyncioCoroutineRunner(loop)
@@ -153,9 +158,28 @@ class OperatorActor:
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)
         self._run_task = loop.create_task(self._run())
-        self._ticker = loop.create_task(self._tick())
+        self._ticker = self._spawn(self._tick(), "the metrics and flush ticker")
         if self._reader is not None:
-            self._read_task = loop.create_task(self._read(self._reader))
+            self._read_task = self._spawn(self._read(self._reader), "reading the source")
+
+    def _spawn(self, coro: Any, what: str) -> "asyncio.Task[Any]":
+        """A background task whose failure fails the job with its cause, instead of dying unseen."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+
+        def done(t: "asyncio.Task[Any]") -> None:
+            self._background.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                self._background_failed(what, t.exception())  # type: ignore[arg-type]
+
+        task.add_done_callback(done)
+        return task
+
+    def _background_failed(self, what: str, error: BaseException) -> None:
+        failure = ActorflowError(f"{self.name}: {what} failed: {type(error).__name__}: {error}")
+        failure.__cause__ = error
+        self.processor.report_throwable(failure)
+        self._wake()
 
     async def push(self, channel: int, seq: int, kind: str, payload: Any) -> None:
         await self._gate.push(channel, seq, kind, payload)
@@ -179,11 +203,30 @@ class OperatorActor:
         """Rows read from the chained source, or else records taken in."""
         return self._reader.rows_read if self._reader is not None else self._records_in
 
-    async def take_table(self, keep_timestamps: bool = False) -> pa.Table | None:
+    async def record_progress(self) -> dict[str, Any]:
+        """Records with an outcome (taken in and emitted, filtered or dead-lettered), requests in
+        flight, and how long the oldest of them has been waiting (ms, or None)."""
+        pending = 0
+        in_flight = 0
+        oldest: int | None = None
+        for op in self._chain.operators:
+            pending += getattr(op, "records_pending", 0)
+            in_flight += getattr(op, "requests_in_flight", 0)
+            started = op.oldest_request_started_ms() if hasattr(op, "oldest_request_started_ms") else None
+            if started is not None and (oldest is None or started < oldest):
+                oldest = started
+        now = self._clock.now_ms()
+        return {
+            "done": self._records_in - pending,
+            "in_flight": in_flight,
+            "oldest_ms": None if oldest is None else now - oldest,
+        }
+
+    async def take_table(self) -> pa.Table | None:
         """The last stage's output, in order; None if it produced nothing."""
         if self._local_sink is None:
             raise ValueError(f"{self.name}: not the last stage, its output went downstream")
-        return self._local_sink.table(keep_timestamps=keep_timestamps)
+        return self._local_sink.table()
 
     async def take_ipc(self, schema: pa.Schema) -> tuple[bytes, int]:
         """The last stage's output conformed to ``schema``, as Arrow IPC bytes, and its row count.
@@ -200,18 +243,18 @@ class OperatorActor:
     async def output_schema(self) -> pa.Schema | None:
         return self._local_sink.schema() if self._local_sink is not None else None
 
+    async def output_sample(self) -> dict[str, Any] | None:
+        return self._local_sink.sample() if self._local_sink is not None else None
+
     async def take_side(self, tag: str) -> list[Any]:
         return self._side_outputs.get(tag, [])
 
     async def _read(self, reader: BlockReader) -> None:
+        # A bad block fails the job through wait(), like an operator error (see _spawn).
         seq = 0
-        try:
-            async for kind, payload in reader.items():
-                await self._gate.push(0, seq, kind, payload)
-                seq += 1
-        except Exception as error:  # a bad block fails the job through wait(), like an operator error
-            self.processor.report_throwable(error)
-            self._wake()
+        async for kind, payload in reader.items():
+            await self._gate.push(0, seq, kind, payload)
+            seq += 1
 
     # -------------------------------------------------------------- mailbox side
 
@@ -223,9 +266,22 @@ class OperatorActor:
             await self._outbox.close()
             self._chain.close()
             return self._figures()
+        except BaseException:
+            self._abort()
+            raise
         finally:
             self._ticker.cancel()
             self._exporter.export(self._figures())
+
+    def _abort(self) -> None:
+        """The failure path: stop reading and sending, close the operators, cancel their tasks."""
+        for task in list(self._background):
+            task.cancel()
+        self._outbox.cancel()
+        try:
+            self._chain.close()  # user functions close; Ray-task functions cancel their tasks
+        except Exception:  # noqa: BLE001 - the first error is the one the job reports
+            pass
 
     def _default_action(self, controller: DefaultActionController) -> None:
         chain = self._chain

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from operators.elements import Record, Watermark, WatermarkStatus
 
-from .arrow_rows import TS_COLUMN, rows_to_table
+from .arrow_rows import SchemaTracker, rows_to_batch
 from .channel import ChannelSender
 
 __all__ = ["BatchingOutput", "LocalSink", "Outbox", "Partitioner"]
@@ -57,26 +57,26 @@ class LocalSink:
 
     async def send(self, kind: str, payload: Any) -> None:
         if kind == "records" and payload.num_rows:
-            self._tables.append(payload)
+            self._tables.append(payload.table)
         self.sent += 1
 
     async def flush(self) -> None:
         return None
 
     def schema(self) -> pa.Schema | None:
-        """The schema of the output without timestamps; None if nothing came out."""
+        """The schema of the output; None if nothing came out."""
         if not self._tables:
             return None
-        schema = pa.unify_schemas([t.schema for t in self._tables], promote_options="permissive")
-        return pa.schema([f for f in schema if f.name != TS_COLUMN])
+        return pa.unify_schemas([t.schema for t in self._tables], promote_options="permissive")
 
-    def table(self, *, keep_timestamps: bool = False) -> pa.Table | None:
+    def sample(self) -> dict[str, Any] | None:
+        """The first output row, for error messages."""
+        return self._tables[0].slice(0, 1).to_pylist()[0] if self._tables else None
+
+    def table(self) -> pa.Table | None:
         if not self._tables:
             return None
-        table = pa.concat_tables(self._tables, promote_options="permissive")
-        if not keep_timestamps and TS_COLUMN in table.column_names:
-            table = table.drop_columns([TS_COLUMN])
-        return table
+        return pa.concat_tables(self._tables, promote_options="permissive")
 
 
 class Outbox:
@@ -85,15 +85,36 @@ class Outbox:
     ``is_full`` tells the default action to stop taking input until the senders catch up.
     """
 
-    def __init__(self, senders: list[ChannelSender | LocalSink], *, max_pending: int, on_room: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        senders: list[ChannelSender | LocalSink],
+        *,
+        max_pending: int,
+        on_room: Callable[[], None],
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self._senders = senders
         self._queues: list[deque[tuple[str, Any]]] = [deque() for _ in senders]
         self._wakeups = [asyncio.Event() for _ in senders]
         self._max_pending = max_pending
         self._on_room = on_room
         self._tasks = [asyncio.get_running_loop().create_task(self._pump(i)) for i in range(len(senders))]
+        self._on_error = on_error
+        for task in self._tasks:
+            task.add_done_callback(self._pump_done)
         self._closed = False
-        self.error: BaseException | None = None
+
+    def _pump_done(self, task: "asyncio.Task[None]") -> None:
+        # A sender that fails (its receiver died, a batch that cannot be sent) must fail the
+        # job: otherwise the outbox stays full and the operator waits for room forever.
+        if not task.cancelled() and task.exception() is not None and self._on_error is not None:
+            self._on_error(task.exception())  # type: ignore[arg-type]
+
+    def cancel(self) -> None:
+        """Stop the senders without sending what is queued (the failure path)."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
 
     def put(self, channel: int, kind: str, payload: Any) -> None:
         self._queues[channel].append((kind, payload))
@@ -148,11 +169,13 @@ class BatchingOutput:
         batch_size: int,
         schema: pa.Schema | None,
         side: Callable[[str, list[Any]], None],
+        hint: pa.Schema | None = None,
     ) -> None:
         self._outbox = outbox
         self._partitioner = partitioner
         self._batch_size = batch_size
         self._schema = schema
+        self._tracker = SchemaTracker(hint)
         self._side = side
         n = max(1, partitioner.num_targets)
         self._values: list[list[Any]] = [[] for _ in range(n)]
@@ -192,7 +215,7 @@ class BatchingOutput:
     def _flush_target(self, target: int) -> None:
         values, timestamps = self._values[target], self._timestamps[target]
         self._values[target], self._timestamps[target] = [], []
-        table = rows_to_table(values, timestamps, self._schema)
-        self.records_out += table.num_rows
+        batch = rows_to_batch(values, timestamps, self._schema, self._tracker)
+        self.records_out += batch.num_rows
         channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else target
-        self._outbox.put(channel, "records", table)
+        self._outbox.put(channel, "records", batch)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from operators.elements import MAX_WATERMARK
 from operators.errors import SchemaError
 
-from .arrow_rows import TS_COLUMN
+from .arrow_rows import RowBatch
 from .channel import ChannelSender
 from .naming import instance_name
 
@@ -27,7 +27,11 @@ __all__ = ["BlockReader", "SourceActor", "event_time_ms"]
 
 
 def event_time_ms(table: pa.Table, column: str) -> pa.Array:
-    """The event-time column as int64 milliseconds; nulls are an error that says how many."""
+    """The event-time column as int64 milliseconds; nulls are an error that says how many.
+
+    Event time is in milliseconds: finer digits of a timestamp (Spark's microseconds) are
+    truncated, toward the earlier millisecond.
+    """
     if column not in table.column_names:
         raise SchemaError(f"event-time column {column!r} not found; the table has {table.column_names}")
     col = table.column(column)
@@ -36,7 +40,7 @@ def event_time_ms(table: pa.Table, column: str) -> pa.Array:
             f"column {column!r} holds nulls in {col.null_count} rows; event time needs a timestamp on every record"
         )
     if pa.types.is_timestamp(col.type):
-        col = pc.cast(pc.cast(col, pa.timestamp("ms", tz=col.type.tz)), pa.int64())
+        col = pc.cast(pc.cast(col, pa.timestamp("ms", tz=col.type.tz), safe=False), pa.int64())
     elif pa.types.is_date(col.type):
         col = pc.cast(pc.cast(col, pa.timestamp("ms")), pa.int64())
     elif pa.types.is_integer(col.type):
@@ -75,15 +79,14 @@ class BlockReader:
             table = ref if isinstance(ref, pa.Table) else await ref
             if not isinstance(table, pa.Table):  # a pandas block
                 table = pa.Table.from_pandas(table, preserve_index=False)
-            if event_time is not None:
-                table = table.append_column(TS_COLUMN, event_time_ms(table, event_time))
+            whole = RowBatch(table, event_time_ms(table, event_time) if event_time is not None else None)
             for offset in range(0, table.num_rows, self._batch_size):
-                batch = table.slice(offset, self._batch_size)
+                batch = whole.slice(offset, self._batch_size)
                 yield "records", batch
                 self.rows_read += batch.num_rows
                 self.position = (block_index, offset + batch.num_rows)
-                if event_time is not None and batch.num_rows:
-                    batch_max = pc.max(batch.column(TS_COLUMN)).as_py()
+                if batch.timestamps is not None and batch.num_rows:
+                    batch_max = pc.max(batch.timestamps).as_py()
                     if max_ts is None or batch_max > max_ts:
                         max_ts = batch_max
                         yield "watermark", max_ts - self._out_of_orderness_ms - 1

@@ -1,10 +1,19 @@
-"""Blocking user functions, run as Ray tasks: micro-batched, awaited, bounded.
+"""Blocking user functions, run as Ray tasks: micro-batched, streamed back per record, bounded.
 
 A Ray task costs about a millisecond, so one task per record would cap throughput far below
 what an I/O-bound function allows. ``RayTaskFunction`` groups requests into a task, runs the
-blocking calls of that task concurrently on a thread pool inside the worker, and awaits the
-task's ``ObjectRef`` on the actor's loop. The async operator's ``capacity`` bounds the requests
-in flight; ``max_tasks`` bounds the tasks.
+blocking calls of that task concurrently on a thread pool inside the worker, and streams the
+results back as they finish: the task is a Ray streaming generator that yields the outcomes that
+completed since its last yield (coalesced over ``_COALESCE_S``, so a batch of calls that finish
+together costs one yield, not one each). Each record therefore keeps its own deadline and its own
+outcome: a slow call times out alone, and the rows of its task that finished in time keep their
+results.
+
+The async operator's ``capacity`` bounds the requests in flight; ``max_tasks`` bounds the tasks
+that are busy. A task stops counting as busy once no more than a quarter of its records wait
+(stragglers, hung calls that will time out): a hung thread left in the worker costs nothing, and
+the records queued behind it must not miss their own deadlines waiting for its slot. A task whose
+records all have an outcome (a result, or an abandoned attempt after a timeout) is cancelled.
 
 Batching policy: a task leaves as soon as it is full (``ceil(capacity / max_tasks)`` requests),
 or ``linger_ms`` after its first request. When a task returns, its results free slots one
@@ -21,18 +30,23 @@ import asyncio
 import math
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Callable, Iterator
 
 import ray
 
 from operators.async_function import AsyncFunction, ResultFuture
 from operators.errors import ConfigurationError
 
-__all__ = ["RayTaskFunction"]
+__all__ = ["RayTaskFunction", "run_calls"]
+
+# Outcomes that complete within this window of each other leave the worker in one yield.
+_COALESCE_S = 0.002
 
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+
+Outcome = tuple[int, bool, Any]  # (index in the task, succeeded, result or exception)
 
 
 def _worker_pool() -> ThreadPoolExecutor:
@@ -44,16 +58,25 @@ def _worker_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _run_batch(fn: Callable[[Any], Any], values: list[Any]) -> list[tuple[bool, Any]]:
-    """Run ``fn`` on every value concurrently; ``(True, result)`` or ``(False, exception)`` each."""
-    futures = [_worker_pool().submit(fn, v) for v in values]
-    out: list[tuple[bool, Any]] = []
-    for f in futures:
-        try:
-            out.append((True, f.result()))
-        except Exception as error:  # reported per record, never as a failed task
-            out.append((False, error))
-    return out
+def run_calls(fn: Callable[[Any], Any], values: list[Any]) -> Iterator[list[Outcome]]:
+    """Run ``fn`` on every value concurrently; yield the outcomes as they complete.
+
+    Each yield is a list of ``(index, True, result)`` or ``(index, False, exception)``; every
+    index appears exactly once over all yields. An exception is reported for its record, never
+    as a failed task.
+    """
+    futures: dict[Future[Any], int] = {_worker_pool().submit(fn, v): i for i, v in enumerate(values)}
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        if pending:
+            more, pending = wait(pending, timeout=_COALESCE_S)
+            done |= more
+        chunk: list[Outcome] = []
+        for future in done:
+            error = future.exception()
+            chunk.append((futures[future], False, error) if error is not None else (futures[future], True, future.result()))
+        yield chunk
 
 
 class RayTaskFunction(AsyncFunction):
@@ -61,6 +84,8 @@ class RayTaskFunction(AsyncFunction):
 
     ``max_tasks`` tasks run at once per operator instance; each carries up to
     ``ceil(capacity / max_tasks)`` requests.
+
+    Threading model: every method runs on the operator actor's event loop (the mailbox thread).
     """
 
     def __init__(
@@ -86,12 +111,16 @@ class RayTaskFunction(AsyncFunction):
         self._pending: deque[tuple[Any, ResultFuture]] = deque()
         self._running = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def open(self, context: Any) -> None:
         self._loop = asyncio.get_running_loop()
         self._fn_ref = ray.put(self.fn)
-        self._remote = ray.remote(_run_batch).options(num_cpus=self.num_cpus, name=f"{context.name}/blocking")
+        self._remote = ray.remote(run_calls).options(
+            num_cpus=self.num_cpus, name=f"{context.name}/blocking", num_returns="streaming"
+        )
         self._name = context.name
+        self._executor = context.mailbox_executor
         for _ in range(self.max_tasks):
             self._remote.remote(self._fn_ref, [])  # warm-up: start the workers now
 
@@ -99,6 +128,8 @@ class RayTaskFunction(AsyncFunction):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        for task in list(self._tasks):
+            task.cancel()
 
     def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
         self._pending.append((value, result_future))
@@ -117,23 +148,80 @@ class RayTaskFunction(AsyncFunction):
             if not batch:
                 continue
             self._running += 1
-            ref = self._remote.remote(self._fn_ref, [v for v, _ in batch])
-            self._loop.create_task(self._await(ref, [f for _, f in batch]))
+            generator = self._remote.remote(self._fn_ref, [v for v, _ in batch])
+            task = self._loop.create_task(self._consume(generator, [f for _, f in batch]))
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
 
-    async def _await(self, ref: Any, futures: list[ResultFuture]) -> None:
+    def _task_done(self, task: "asyncio.Task[None]") -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+
+        def rethrow() -> None:  # fails the operator on its mailbox thread, naming the cause
+            raise error  # type: ignore[misc]
+
+        self._executor.execute(rethrow, f"{self._name}: blocking task bookkeeping failed")
+
+    async def _consume(self, generator: Any, futures: list[ResultFuture]) -> None:
+        size = len(futures)
+        settled = [False] * size
+        unsettled = size
+        active = True
+        all_settled = asyncio.Event()
+
+        def settle(index: int) -> None:
+            # A task holds a slot only while a real share of its records waits: once no more
+            # than a quarter are left (stragglers, hung calls), the next task may leave.
+            nonlocal unsettled, active
+            if settled[index]:
+                return
+            settled[index] = True
+            unsettled -= 1
+            if active and unsettled * 4 <= size:
+                active = False
+                self._release()
+            if unsettled == 0:
+                all_settled.set()
+
+        for index, future in enumerate(futures):
+            # A record that times out abandons its future: it is settled, without waiting for
+            # the hung call behind it.
+            future.add_cancel_hook(lambda i=index: self._loop.call_soon(settle, i))
+        reader = self._loop.create_task(self._read(generator, futures, settle))
+        waiter = self._loop.create_task(all_settled.wait())
         try:
-            outcomes = await ref
-        except Exception as error:  # the task itself failed (worker died): every request fails
-            outcomes = [(False, error)] * len(futures)
+            await asyncio.wait({reader, waiter}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self._running -= 1
-        for (ok, payload), future in zip(outcomes, futures):
-            if ok:
-                future.complete(payload)
-            else:
-                future.complete_exceptionally(payload)
+            if active:
+                active = False
+                self._release()
+            if not reader.done():
+                reader.cancel()
+                ray.cancel(generator, force=False)
+            waiter.cancel()
+        if reader.done() and not reader.cancelled() and reader.exception() is not None:
+            raise reader.exception()  # type: ignore[misc]
+
+    def _release(self) -> None:
+        self._running -= 1
         # A full batch leaves now; a partial one gets the linger to fill up.
         if len(self._pending) >= self.max_batch:
             self._launch()
         elif self._pending and self._timer is None:
             self._timer = self._loop.call_later(self.linger_s, self._launch)
+
+    async def _read(self, generator: Any, futures: list[ResultFuture], settle: Callable[[int], None]) -> None:
+        try:
+            async for ref in generator:
+                for index, ok, payload in await ref:
+                    if ok:
+                        futures[index].complete(payload)
+                    else:
+                        futures[index].complete_exceptionally(payload)
+                    settle(index)
+        except Exception as error:  # the task itself failed (its worker died): the rest fail
+            for index, future in enumerate(futures):
+                future.complete_exceptionally(error)  # no effect on those already complete
+                settle(index)

@@ -122,17 +122,19 @@ class _TaskSender:
     """One of the P senders of the Ray-task ceiling: no pipeline, only tasks of blocking calls."""
 
     async def run(self, fn: Any, ids: list[int], batch: int) -> list[dict[str, Any]]:
-        from actors.task_function import _run_batch
+        from actors.task_function import run_calls
 
-        task = ray.remote(_run_batch).options(num_cpus=0)
+        task = ray.remote(run_calls).options(num_cpus=0, num_returns="streaming")
         fn_ref = ray.put(fn)
-        await task.remote(fn_ref, [])  # the worker process starts before the first call
+        async for _ in task.remote(fn_ref, []):  # the worker process starts before the first call
+            pass
         out: list[dict[str, Any]] = []
         for start in range(0, len(ids), batch):
-            for ok, rows in await task.remote(fn_ref, [{"id": i} for i in ids[start:start + batch]]):
-                if not ok:
-                    raise rows
-                out.extend(rows)
+            async for ref in task.remote(fn_ref, [{"id": i} for i in ids[start:start + batch]]):
+                for _, ok, rows in await ref:
+                    if not ok:
+                        raise rows
+                    out.extend(rows)
         return out
 
 

@@ -19,7 +19,7 @@ import ray
 
 from operators.async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout
 from operators.async_wait_operator import AsyncWaitOperator
-from operators.errors import ConfigurationError
+from operators.errors import ConfigurationError, UserFunctionError
 from operators.operator import FilterOperator, FlatMapOperator, MapOperator, StreamOperator
 from operators.retry import RetryStrategy
 
@@ -108,7 +108,7 @@ class DataStream:
             else:
                 function = fn  # type: ignore[assignment]
             if fallback is not None:
-                function = FallbackOnTimeout(function, fallback)
+                function = FallbackOnTimeout(function, _named_fallback(fallback))
             return AsyncWaitOperator(
                 function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                 on_error=on_error, copy_inputs=False, name=name, queue_capacity=queue_capacity,
@@ -149,6 +149,18 @@ class _Placeholder(AsyncFunction):
         raise NotImplementedError
 
 
+def _named_fallback(fallback: Callable[[Any], Sequence[Any]]) -> Callable[[Any], Sequence[Any]]:
+    # A fallback that raises fails its record like the function would; the error must say that
+    # it was the fallback, not the function, that raised.
+    def call(value: Any) -> Sequence[Any]:
+        try:
+            return fallback(value)
+        except Exception as error:
+            raise UserFunctionError(f"the timeout fallback raised {type(error).__name__}: {error}", value=value) from error
+
+    return call
+
+
 def _check_callable(fn: Any, what: str) -> None:
     if not callable(fn):
         raise ConfigurationError(f"{what}() needs a callable, got {type(fn).__name__}")
@@ -173,15 +185,20 @@ def from_blocks(
     out_of_orderness_ms: int = 0,
     batch_size: int = 2048,
     job_name: str | None = None,
+    schema: pa.Schema | None = None,
 ) -> DataStream:
-    """A stream over Arrow blocks in the object store (``ObjectRef``s of ``pyarrow.Table``)."""
+    """A stream over Arrow blocks in the object store (``ObjectRef``s of ``pyarrow.Table``).
+
+    ``schema`` is the blocks' schema: output columns of the same name keep its types.
+    """
     if len(blocks) != len(block_rows):
         raise ConfigurationError(f"got {len(blocks)} blocks but {len(block_rows)} row counts")
     if not isinstance(parallelism, int) or parallelism < 1:
         raise ConfigurationError(f"parallelism must be an int >= 1, got {parallelism!r}")
     if batch_size < 1:
         raise ConfigurationError(f"batch_size must be >= 1, got {batch_size}")
-    source = SourceNode(blocks, block_rows, parallelism, timestamp_column, out_of_orderness_ms, batch_size)
+    source = SourceNode(blocks, block_rows, parallelism, timestamp_column, out_of_orderness_ms, batch_size,
+                        schema=schema)
     return DataStream(JobGraph(source), job_name=job_name)
 
 
@@ -192,4 +209,5 @@ def from_arrow(tables: Sequence[pa.Table], **kwargs: Any) -> DataStream:
 
         for table in tables:
             event_time_ms(table, timestamp_column)  # nulls and wrong types fail here, at build time
+    kwargs.setdefault("schema", tables[0].schema if tables else None)
     return from_blocks([ray.put(t) for t in tables], [t.num_rows for t in tables], **kwargs)

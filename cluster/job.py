@@ -109,6 +109,7 @@ def run_job(
                     partitioning=downstream_partitioning,
                     key=None if position == len(stages) - 1 else stages[position + 1].key,
                     output_schema=output_schema if position == len(stages) - 1 else None,
+                    input_schema=source.schema,
                 )
                 actors.append(_remote(OperatorActor, spec.instance_name, actor_num_cpus).remote(spec))
             handles.extend(actors)
@@ -141,7 +142,8 @@ def run_job(
 
         runs = [s.run.remote() for s in sources]
         waits = [a.wait.remote() for actors in stage_actors for a in actors]
-        _await_job(job, runs + waits, sources or first, source.total_rows, progress)
+        _await_job(job, runs + waits, first, [a for actors in stage_actors for a in actors], source.total_rows,
+                   progress)
         figures = ray.get(runs + waits)
         last = stage_actors[-1]
         # With a hook, the hook takes the output in its own form; the tables are not made too.
@@ -154,6 +156,8 @@ def run_job(
         output_rows = sum(f["records_out"] for f in ray.get([a.stats.remote() for a in last]))
         return JobResult(job, tables, schemas, side, source.total_rows, output_rows, time.perf_counter() - started,
                          figures, finished)
+    except RayError as error:  # an actor died, or a call into one failed, outside the wait
+        raise _job_failure(job, error) from _cause(error)
     finally:
         for handle in handles:
             ray.kill(handle, no_restart=True)
@@ -168,9 +172,18 @@ def _reader(source: SourceNode, blocks: list[Any]) -> BlockReader:
     )
 
 
-def _await_job(job: str, refs: list[Any], readers: list[Any], total_rows: int, progress: bool) -> None:
+def _await_job(
+    job: str, refs: list[Any], first_stage: list[Any], operators: list[Any], total_rows: int, progress: bool
+) -> None:
+    """Wait for the job, failing fast; the bar counts input records that have an outcome.
+
+    A record is done once the first stage has emitted its outcome (or filtered it out). The
+    bar also shows the requests in flight in every stage and the age of the oldest, so that a
+    stuck call is visible even when every record has been read.
+    """
     pending = list(refs)
     bar = tqdm(total=total_rows, unit="rec", desc=job, delay=2.0, disable=not progress, leave=False)
+    polled = 0.0
     try:
         while pending:
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
@@ -179,9 +192,20 @@ def _await_job(job: str, refs: list[Any], readers: list[Any], total_rows: int, p
                     ray.get(ref)
                 except RayError as error:
                     raise _job_failure(job, error) from _cause(error)
-            if progress and not bar.disable:
-                read = sum(ray.get([r.progress.remote() for r in readers]))
-                bar.update(read - bar.n)
+            if progress and not bar.disable and pending and time.monotonic() - polled >= 0.5:
+                polled = time.monotonic()
+                try:
+                    figures = ray.get([a.record_progress.remote() for a in operators])
+                except RayError as error:  # an actor died between two polls
+                    raise _job_failure(job, error) from _cause(error)
+                first = figures[: len(first_stage)]
+                bar.update(min(total_rows, sum(f["done"] for f in first)) - bar.n)
+                oldest = max((f["oldest_ms"] for f in figures if f["oldest_ms"] is not None), default=None)
+                bar.set_postfix_str(
+                    f"in flight {sum(f['in_flight'] for f in figures)}"
+                    + ("" if oldest is None else f", oldest {oldest / 1000:.1f}s"),
+                    refresh=False,
+                )
         bar.update(total_rows - bar.n)
     finally:
         bar.close()

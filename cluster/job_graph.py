@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import pyarrow as pa
+
 from operators.errors import ConfigurationError
 from operators.operator import StreamOperator
 
@@ -33,6 +35,7 @@ class SourceNode:
     batch_size: int = 2048
     name: str = "source"
     loader: Callable[[], tuple[list[Any], list[int]]] | None = None
+    schema: pa.Schema | None = None  # the blocks' columns, whose types the output keeps
 
     def load(self) -> None:
         """Fetch the blocks from the loader, if that has not happened yet."""

@@ -299,6 +299,17 @@ class AsyncWaitOperator(StreamOperator):
         """Records whose outcome is not decided yet (never more than ``capacity``)."""
         return self._requests
 
+    @property
+    def records_pending(self) -> int:
+        """Records taken in whose outcome has not been emitted yet (queued or waiting for room)."""
+        queued = sum(1 for entry in self.queue if isinstance(entry, RecordEntry))
+        return queued + sum(1 for p in self._waiting if isinstance(p.element, Record))
+
+    def oldest_request_started_ms(self) -> int | None:
+        """When the oldest request still without an outcome started (processing time), if any."""
+        started = [e.started_ms for e in self.queue if isinstance(e, RecordEntry) and not e.done]
+        return min(started) if started else None
+
     def snapshot_state(self) -> list[tuple[Any, ...]]:
         """Every element not yet emitted, in order: queued ones, then those waiting for room."""
         now = self.context.processing_time.now_ms()
@@ -338,14 +349,15 @@ class AsyncWaitOperator(StreamOperator):
     def _try_start_record(self, record: Record, attempt: int, remaining_ms: int | None) -> bool:
         if self._requests >= self.capacity:
             return False
-        entry = RecordEntry(record)
+        now = self.context.processing_time.now_ms()
+        entry = RecordEntry(record, now)
         if not self.queue.try_put(entry):
             return False
         self._requests += 1
         if remaining_ms is not None:
-            deadline: int | None = self.context.processing_time.now_ms() + remaining_ms
+            deadline: int | None = now + remaining_ms
         elif self.timeout_ms is not None:
-            deadline = self.context.processing_time.now_ms() + self.timeout_ms
+            deadline = now + self.timeout_ms
         else:
             deadline = None
         entry.handler = _ElementHandler(self, entry, attempt, deadline)

@@ -26,11 +26,12 @@ class RecordEntry(QueueEntry):
     or the exception.
     """
 
-    __slots__ = ("record", "handler", "kind", "payload")
+    __slots__ = ("record", "handler", "kind", "payload", "started_ms")
 
-    def __init__(self, record: Record) -> None:
+    def __init__(self, record: Record, started_ms: int = 0) -> None:
         super().__init__()
         self.record = record
+        self.started_ms = started_ms  # when its first attempt here started (processing time)
         self.handler: Any = None
         self.kind: str | None = None
         self.payload: Any = None

@@ -128,7 +128,8 @@ def spark_schema(schema: pa.Schema) -> Any:
     normalized = spark_arrow_schema(schema)
     return StructType(
         [
-            StructField(field.name, from_arrow_type(field.type), nullable=field.nullable)
+            # A naive timestamp is Spark's timestamp_ntz; one with a time zone is its timestamp.
+            StructField(field.name, from_arrow_type(field.type, prefer_timestamp_ntz=True), nullable=field.nullable)
             for field in normalized
         ]
     )
@@ -141,7 +142,7 @@ def tables_to_dataframe(
 
     Rows keep their order: the tables' order, then each table's row order. Every table is cast
     to ``schema`` (columns picked by name); timestamps become microseconds (Spark's unit, finer
-    digits are dropped) and naive timestamps are read as UTC. No tables, or only empty ones,
+    digits are dropped), naive ones ``timestamp_ntz`` and those with a time zone ``timestamp``. No tables, or only empty ones,
     give an empty DataFrame with the schema.
 
     The converted blocks stay pinned in Ray's object store for the rest of the Spark session,
@@ -191,15 +192,22 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
     pinned for the rest of the Spark session.
     """
     import ray
-    from raydp.spark import get_raydp_master_owner, ray_dataset_to_spark_dataframe
+    from raydp.spark import get_raydp_master_owner
+    from raydp.spark.dataset import _convert_by_rdd
 
+    struct = spark_schema(schema)
     if not block_refs:
-        return spark.createDataFrame([], spark_schema(schema))
+        return spark.createDataFrame([], struct)
     # The DataFrame holds only object IDs; the Spark master actor keeps the objects alive.
     owner = get_raydp_master_owner(spark)
     ray.get(owner.set_reference_as_state(ray.get_actor(owner.actor_name), block_refs))
-    # Blocks that are Arrow IPC bytes take RayDP's JVM path: executors decode them natively.
-    return ray_dataset_to_spark_dataframe(spark, spark_arrow_schema(schema), block_refs)
+    # Blocks of Arrow IPC bytes take RayDP's JVM path: executors decode them natively. Its
+    # public entry (ray_dataset_to_spark_dataframe) would map naive timestamps to timestamp, not
+    # timestamp_ntz, and fetch the first block into this process to look at it; its inner
+    # function takes the Spark schema as given.
+    core_worker = ray._private.worker.global_worker.core_worker
+    locations = [core_worker.get_owner_address(ref) for ref in block_refs]
+    return _convert_by_rdd(spark, block_refs, locations, struct)
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
@@ -208,8 +216,9 @@ def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
     for field in schema:
         data_type = field.type
         if pa.types.is_timestamp(data_type):
-            # Spark's Arrow reader knows only microsecond timestamps.
-            data_type = pa.timestamp("us", tz=data_type.tz or "UTC")
+            # Spark's Arrow reader knows only microsecond timestamps; a naive one stays naive
+            # (timestamp_ntz), and one with a time zone is an instant (Spark's timestamp).
+            data_type = pa.timestamp("us", tz=data_type.tz and "UTC")
         elif pa.types.is_large_string(data_type):
             data_type = pa.string()
         elif pa.types.is_large_binary(data_type):

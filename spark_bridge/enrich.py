@@ -11,10 +11,12 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+import pyarrow as pa
+
 from operators.errors import ConfigurationError, ResultTypeError, describe_value
 from operators.retry import RetryStrategy
 
-from .streams import from_spark
+from .streams import from_spark, to_arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,7 +53,13 @@ def enrich(
 
     With ``on_error="fail"`` a failing row fails the job with an error that names the row; with
     ``on_error="dead_letter"`` the result is ``(enriched, dead_letters)``, the second holding
-    the failed rows with ``error_type``, ``error``, ``attempts`` and ``operator``.
+    the failed rows with ``error_type``, ``error``, ``attempts`` and ``operator`` (each named
+    ``dead_letter_<name>`` instead where the input has a column of that name).
+
+    Types: the input's columns come back with exactly their Spark types; new columns are
+    inferred as Spark would (int → bigint, float → double, naive datetime → timestamp in UTC).
+    ``output_schema`` (a ``pyarrow.Schema``, a ``StructType`` or a DDL string) fixes the types of
+    the columns it names, which may be only the new ones: the input's columns are added in front.
     """
     if not callable(fn):
         raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
@@ -65,11 +73,16 @@ def enrich(
             fallback_fn = lambda row: [{**row, **_check_dict(fallback(row), row, "fallback")}]  # noqa: E731
         else:
             raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
-    stream = from_spark(df, parallelism=parallelism, job_name=job_name).async_map(
+    stream = from_spark(df, parallelism=parallelism, job_name=job_name)
+    schema = to_arrow_schema(output_schema)
+    if schema is not None:
+        given = set(schema.names)
+        schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
+    stream = stream.async_map(
         wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
         fallback=fallback_fn, on_error=on_error, name="enrich", queue_capacity=queue_capacity,
     )
-    return stream.to_spark(output_schema, dead_letters=on_error == "dead_letter", progress=progress)
+    return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress)
 
 
 def _check_dict(result: Any, row: dict[str, Any], what: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from cluster.datastream import DataStream
 from cluster.job import JobResult, run_job
 from cluster.job_graph import JobGraph, SourceNode
 from operators.async_wait_operator import DEAD_LETTER, DeadLetter
+from actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
 from operators.errors import ConfigurationError, SchemaError
 
 from .arrow_io import (
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SparkDataStream", "from_spark", "to_arrow_schema"]
 
-#: Columns of a dead-letter DataFrame, after the input's own columns.
+#: Columns of a dead-letter DataFrame, after the record's own columns. A record column of the
+#: same name keeps its name; the dead-letter column then becomes ``dead_letter_<name>``.
 DEAD_LETTER_FIELDS = [
     pa.field("error_type", pa.string()),
     pa.field("error", pa.string()),
@@ -77,7 +79,13 @@ class SparkDataStream(DataStream):
             # Each last-stage actor writes its own output as an IPC block: one Spark partition
             # per instance, converted in parallel where the rows already are.
             present = [s for s in schemas if s is not None]
-            target = schema or (pa.unify_schemas(present, promote_options="permissive") if present else input_schema)
+            if schema is not None:
+                target = schema
+            elif present:
+                samples = ray.get([a.output_sample.remote() for a, s in zip(actors, schemas) if s is not None])
+                target = unify_output_schemas(present, samples)
+            else:
+                target = input_schema  # no output at all: the input's columns and types
             spark_target = spark_arrow_schema(target)
             pairs = [a.take_ipc.options(num_returns=2).remote(spark_target)
                      for a, s in zip(actors, schemas) if s is not None]
@@ -100,14 +108,41 @@ class SparkDataStream(DataStream):
         return out, dead_letters_to_dataframe(self._spark, result.side_outputs.get(DEAD_LETTER, []), self._input_schema)
 
 
+def dead_letter_names(record_columns: list[str]) -> dict[str, str]:
+    """The dead-letter column for each diagnostic field, never one of the record's own columns.
+
+    >>> dead_letter_names(["id", "error"])["error"]
+    'dead_letter_error'
+    """
+    taken = set(record_columns)
+    names = {}
+    for field in DEAD_LETTER_FIELDS:
+        name = field.name
+        while name in taken:
+            name = f"dead_letter_{name}"
+        taken.add(name)
+        names[field.name] = name
+    return names
+
+
 def dead_letters_to_dataframe(spark: "SparkSession", letters: list[DeadLetter], input_schema: pa.Schema) -> "DataFrame":
-    schema = pa.schema(list(input_schema) + DEAD_LETTER_FIELDS)
-    rows = []
-    for letter in letters:
-        row = dict(letter.value) if isinstance(letter.value, dict) else {"value": letter.value}
-        row.update(error_type=letter.error_type, error=letter.error, attempts=letter.attempts, operator=letter.operator)
-        rows.append(row)
-    table = pa.Table.from_pylist(rows, schema=schema)
+    """The failed records with their own columns and types, then why each failed."""
+    records = SchemaTracker(input_schema).table(
+        [dict(letter.value) if isinstance(letter.value, dict) else {"value": letter.value} for letter in letters]
+    ) if letters else input_schema.empty_table()
+    record_schema = pa.unify_schemas([input_schema, records.schema], promote_options="permissive")
+    names = dead_letter_names(record_schema.names)
+    schema = pa.schema(list(record_schema) + [f.with_name(names[f.name]) for f in DEAD_LETTER_FIELDS])
+    diagnostics = {
+        names["error_type"]: [letter.error_type for letter in letters],
+        names["error"]: [letter.error for letter in letters],
+        names["attempts"]: [letter.attempts for letter in letters],
+        names["operator"]: [letter.operator for letter in letters],
+    }
+    table = conform_table(records, record_schema)
+    for field in schema:
+        if field.name in diagnostics:
+            table = table.append_column(field, pa.array(diagnostics[field.name], type=field.type))
     return tables_to_dataframe(spark, [table], schema)
 
 
@@ -130,6 +165,8 @@ def from_spark(
     ``df`` into Ray's object store while it starts its actors, and later runs of the same stream
     read that snapshot.
     """
+    if parallelism is not None and (not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1):
+        raise ConfigurationError(f"parallelism must be an int >= 1 (or None for one per core, up to 4), got {parallelism!r}")
     ensure_ray()
     if parallelism is None:
         parallelism = default_parallelism()
@@ -145,7 +182,7 @@ def from_spark(
     if timestamp_column is not None:
         event_time_ms(input_schema.empty_table(), timestamp_column)  # the type check
     stream = SparkDataStream(JobGraph(SourceNode(None, None, parallelism, timestamp_column, out_of_orderness_ms,
-                                                 batch_size)), job_name=job_name)
+                                                 batch_size, schema=input_schema)), job_name=job_name)
     stream._spark, stream._input_schema = df.sparkSession, input_schema
     snapshot: list[Any] = []
 

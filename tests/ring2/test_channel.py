@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-import pyarrow as pa
 import pytest
 
-from actors.arrow_rows import TS_COLUMN, rows_to_table, table_to_rows
 from actors.channel import ChannelSender, InputGate
-from operators import SchemaError
 
 
 class _Call:
@@ -65,26 +62,3 @@ def test_gate_rejects_an_unknown_channel():
 
     with pytest.raises(ValueError, match=r"channel must be in \[0, 2\), got 5"):
         asyncio.run(scenario())
-
-
-def test_rows_round_trip_through_arrow_with_timestamps():
-    table = rows_to_table([{"a": 1, "b": "x"}, {"a": 2, "b": None}], [10, None])
-    assert table.column(TS_COLUMN).to_pylist() == [10, None]
-    assert list(table_to_rows(table)) == [({"a": 1, "b": "x"}, 10), ({"a": 2, "b": None}, None)]
-
-
-def test_keys_that_only_later_rows_have_are_kept():
-    table = rows_to_table([{"a": 1}, {"a": 2, "late": "x"}], [None, None])
-    assert [v for v, _ in table_to_rows(table)] == [{"a": 1, "late": None}, {"a": 2, "late": "x"}]
-
-
-def test_bare_values_round_trip():
-    table = rows_to_table([1, 2, 3], [None, None, None])
-    assert [v for v, _ in table_to_rows(table)] == [1, 2, 3]
-
-
-def test_a_row_that_does_not_fit_the_output_schema_is_named():
-    schema = pa.schema([("user", pa.int64()), ("segment", pa.string())])
-    with pytest.raises(SchemaError) as info:
-        rows_to_table([{"user": 1, "segment": "a"}, {"user": "seven", "segment": "b"}], [None, None], schema)
-    assert "{'user': 'seven', 'segment': 'b'}" in str(info.value) and "does not fit the output schema" in str(info.value)

@@ -1,0 +1,152 @@
+"""Rows <-> Arrow batches: exact types back, timestamps beside the table, clear errors (no Ray needed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from actors.arrow_rows import RowBatch, SchemaTracker, conform_table, rows_to_batch, table_to_rows
+from operators import SchemaError
+
+UTC = dt.timezone.utc
+
+
+def test_rows_round_trip_with_timestamps_beside_the_table():
+    batch = rows_to_batch([{"a": 1, "b": "x"}, {"a": 2, "b": None}], [10, None])
+    assert batch.table.column_names == ["a", "b"] and batch.timestamps.to_pylist() == [10, None]
+    assert list(table_to_rows(batch)) == [({"a": 1, "b": "x"}, 10), ({"a": 2, "b": None}, None)]
+
+
+def test_a_user_column_named_like_an_internal_one_is_just_a_column():
+    rows = [{"__ts": 5, "value": "v", "error": "e"}]
+    batch = rows_to_batch(rows, [99])
+    assert list(table_to_rows(batch)) == [(rows[0], 99)]
+
+
+def test_keys_that_only_later_rows_have_are_kept():
+    batch = rows_to_batch([{"a": 1}, {"a": 2, "late": "x"}], [None, None])
+    assert [v for v, _ in table_to_rows(batch)] == [{"a": 1, "late": None}, {"a": 2, "late": "x"}]
+
+
+def test_bare_values_round_trip():
+    batch = rows_to_batch([1, 2, 3], [None, None, None])
+    assert [v for v, _ in table_to_rows(batch)] == [1, 2, 3]
+
+
+def test_a_row_that_does_not_fit_the_output_schema_is_named():
+    schema = pa.schema([("user", pa.int64()), ("segment", pa.string())])
+    with pytest.raises(SchemaError) as info:
+        rows_to_batch([{"user": 1, "segment": "a"}, {"user": "seven", "segment": "b"}], [None, None], schema)
+    assert "{'user': 'seven', 'segment': 'b'}" in str(info.value) and "does not fit the output schema" in str(info.value)
+
+
+MAP = pa.map_(pa.string(), pa.int32())
+STRUCT = pa.struct([("a", pa.int32()), ("b", pa.list_(pa.float32()))])
+
+
+@pytest.mark.parametrize(
+    "input_type, value",
+    [
+        (pa.int8(), 7),  # tinyint stays tinyint, not bigint
+        (pa.int16(), -300),  # smallint
+        (pa.int32(), 2**31 - 1),  # int
+        (pa.float32(), 1.5),  # float stays float, not double
+        (pa.decimal128(38, 18), Decimal("12.345678901234567890")),  # not decimal(21,18)
+        (pa.decimal128(10, 2), Decimal("-0.05")),
+        (pa.timestamp("us"), dt.datetime(2024, 1, 2, 3, 4, 5, 678901)),  # timestamp_ntz stays naive
+        (pa.timestamp("us", tz="UTC"), dt.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)),
+        (pa.date32(), dt.date(2024, 2, 29)),
+        (pa.binary(), b"\x00\xff"),
+        (pa.bool_(), True),
+        (STRUCT, {"a": 1, "b": [0.5, None]}),  # nested fields keep their types
+        (pa.list_(pa.int16()), [1, None, 3]),
+        (MAP, [("k", 1), ("j", None)]),  # maps come back from Arrow as (key, value) pairs
+        (pa.map_(pa.string(), STRUCT), [("k", {"a": 2, "b": []})]),
+    ],
+    ids=lambda x: str(x)[:30],
+)
+def test_an_input_column_comes_back_with_exactly_its_type(input_type, value):
+    hint = pa.schema([("c", input_type), ("n", pa.int64())])
+    rows = [{"c": value, "n": 1}, {"c": None, "n": 2}]
+    table = SchemaTracker(hint).table(rows)
+    assert table.schema.field("c").type == input_type
+    assert table.column("c").to_pylist() == [value, None]
+
+
+def test_a_map_column_given_as_a_dict_keeps_its_type_and_entries():
+    table = SchemaTracker(pa.schema([("m", MAP)])).table([{"m": {"x": 1, "y": 2}}])
+    assert table.schema.field("m").type == MAP and table.column("m").to_pylist() == [[("x", 1), ("y", 2)]]
+
+
+def test_a_float_in_an_int_map_is_an_error_not_a_truncation():
+    with pytest.raises(SchemaError, match=r"column 'm' must hold map<string, int32>.*1\.5"):
+        SchemaTracker(pa.schema([("m", MAP)])).table([{"m": {"x": 1.5}}])
+
+
+def test_a_value_that_no_longer_fits_the_input_type_widens_as_spark_would():
+    # The function replaced an int column with bigger numbers: bigint, not an overflow error.
+    tracker = SchemaTracker(pa.schema([("n", pa.int32())]))
+    assert tracker.table([{"n": 2**40}]).schema.field("n").type == pa.int64()
+
+
+def test_a_float_never_lands_truncated_in_an_int_column():
+    tracker = SchemaTracker(pa.schema([("n", pa.int64())]))
+    table = tracker.table([{"n": 1.5}])
+    assert table.schema.field("n").type == pa.float64() and table.column("n").to_pylist() == [1.5]
+
+
+def test_a_column_the_function_changed_to_another_type_takes_the_new_type():
+    tracker = SchemaTracker(pa.schema([("user", pa.int64())]))
+    assert tracker.table([{"user": "u-1"}]).schema.field("user").type == pa.string()
+
+
+def test_new_columns_are_inferred_as_spark_would_and_naive_datetimes_read_as_utc():
+    table = SchemaTracker().table([{"i": 1, "f": 0.5, "s": "x", "t": dt.datetime(2024, 1, 1)}])
+    assert table.schema.types == [pa.int64(), pa.float64(), pa.string(), pa.timestamp("us", tz="UTC")]
+
+
+def test_ints_then_floats_across_batches_widen_to_double():
+    tracker = SchemaTracker()
+    assert tracker.table([{"x": 1}]).schema.field("x").type == pa.int64()
+    assert tracker.table([{"x": 2.5}]).schema.field("x").type == pa.float64()
+
+
+def test_mixed_types_in_one_batch_name_the_column_both_types_and_rows():
+    with pytest.raises(SchemaError) as info:
+        SchemaTracker().table([{"id": 1, "x": 1}, {"id": 2, "x": "s1"}])
+    message = str(info.value)
+    assert "column 'x' holds int in row {'id': 1, 'x': 1} and str in row {'id': 2, 'x': 's1'}" in message
+
+
+def test_mixed_types_across_batches_name_the_column_both_types_and_a_row():
+    tracker = SchemaTracker()
+    tracker.table([{"id": 1, "x": 1}])
+    with pytest.raises(SchemaError) as info:
+        tracker.table([{"id": 2, "x": "s1"}])
+    assert "column 'x' holds int64 in earlier rows and string in row {'id': 2, 'x': 's1'}" in str(info.value)
+
+
+def test_a_column_of_nulls_first_takes_the_type_of_later_values():
+    tracker = SchemaTracker()
+    tracker.table([{"x": None}])
+    assert tracker.table([{"x": "late"}]).schema.field("x").type == pa.string()
+
+
+def test_conform_fills_a_column_this_part_never_had_with_nulls():
+    target = pa.schema([("a", pa.int64()), ("b", pa.string())])
+    out = conform_table(pa.table({"a": [1, 2]}), target)
+    assert out.schema == target and out.column("b").to_pylist() == [None, None]
+
+
+def test_a_row_batch_slices_its_timestamps_with_its_rows():
+    batch = RowBatch(pa.table({"a": [1, 2, 3]}), pa.array([10, 20, 30], pa.int64())).slice(1, 2)
+    assert list(table_to_rows(batch)) == [({"a": 2}, 20), ({"a": 3}, 30)]
+
+
+def test_a_float_for_an_int_of_the_declared_output_schema_is_an_error_not_a_truncation():
+    schema = pa.schema([("user", pa.int64())])
+    with pytest.raises(SchemaError, match=r"row \{'user': 1\.5\} does not fit the output schema"):
+        rows_to_batch([{"user": 1}, {"user": 1.5}], [None, None], schema)
