@@ -16,6 +16,7 @@ import pyarrow as pa
 from operators.errors import ConfigurationError, ResultTypeError, describe_value
 from operators.retry import RetryStrategy
 
+from .session import check_dataframe
 from .streams import from_spark, to_arrow_schema
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def enrich(
             fallback_fn = lambda row: [{**row, **_check_dict(fallback(row), row, "fallback")}]  # noqa: E731
         else:
             raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
+    check_dataframe(df, "enrich()")
     stream = from_spark(df, parallelism=parallelism, job_name=job_name)
     schema = to_arrow_schema(output_schema)
     if schema is not None:

@@ -15,16 +15,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from operators.errors import ActorflowError, ConfigurationError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "JVM_OPTIONS",
     "SparkSessionError",
+    "check_dataframe",
     "ensure_ray",
     "spark_session",
     "stop_spark",
@@ -150,6 +151,7 @@ def spark_session(
         _session = _shared_raydp_session()
         if _session is not None:
             return _session
+        _refuse_plain_session()
         _check_java()
         ensure_ray(ray_address)
 
@@ -209,6 +211,87 @@ def stop_spark() -> None:
             _wait_until_actor_gone(master_name)
 
 
+# RayDP's executors register with the driver a few seconds after the session starts.
+_EXECUTOR_WAIT_S = 60.0
+_EXECUTOR_CLASS = "org.apache.spark.executor.RayDPExecutor"
+
+
+def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
+    """Fail with one clear line if ``df`` cannot be read through Spark on Ray right now.
+
+    Its session must be running (not stopped), be Spark on Ray (RayDP), and have a live
+    executor: without one, every Spark job of the session waits forever.
+    """
+    session = df.sparkSession
+    context = session.sparkContext
+    if getattr(context, "_jsc", None) is None:
+        raise SparkSessionError(
+            f"{what} got a DataFrame of a Spark session that was stopped (stop_spark() or spark.stop()); "
+            "build the DataFrame again in spark_session()"
+        )
+    master = context.master
+    if not master.startswith("ray://"):
+        raise SparkSessionError(
+            f"{what} reads DataFrames of Spark on Ray (spark_bridge.spark_session()), got one of a Spark "
+            f"session on {master!r}; create it in spark_session(), or write it to Parquet and read it there"
+        )
+    _wait_for_executor(context, what)
+
+
+def _wait_for_executor(context: Any, what: str) -> None:
+    import ray
+
+    deadline = time.monotonic() + _EXECUTOR_WAIT_S
+    while True:
+        # The driver counts itself among the executors.
+        if len(context._jsc.sc().statusTracker().getExecutorInfos()) > 1:
+            return
+        states = _executor_actor_states(ray)
+        if not any(state in ("ALIVE", "PENDING_CREATION", "RESTARTING", "DEPENDENCIES_UNREADY") for _, state in states):
+            described = ", ".join(f"{name} is {state}" for name, state in states) or "none was found"
+            raise SparkSessionError(
+                f"{what}: Spark on Ray has no live executor ({described}), so every Spark job of this session "
+                "would wait forever; call stop_spark(), then spark_session(), and build the DataFrame again"
+            )
+        if time.monotonic() > deadline:
+            raise SparkSessionError(
+                f"{what}: no Spark executor registered within {_EXECUTOR_WAIT_S:.0f} s "
+                f"({', '.join(f'{n} is {s}' for n, s in states)}); is the Ray cluster out of CPUs or memory?"
+            )
+        time.sleep(0.2)
+
+
+def _executor_actor_states(ray: Any) -> list[tuple[str, str]]:
+    from ray.util.state import list_actors
+
+    context = ray.get_runtime_context()
+    actors = list_actors(
+        address=context.gcs_address,
+        filters=[("class_name", "=", _EXECUTOR_CLASS), ("ray_namespace", "=", context.namespace)],
+        limit=1000,
+        raise_on_missing_output=False,
+    )
+    # Names repeat across sessions of one process: a live one with the name wins over dead ones.
+    states: dict[str, str] = {}
+    for actor in actors:
+        if states.get(actor.name) != "ALIVE":
+            states[actor.name] = actor.state
+    return sorted(states.items())
+
+
+def _refuse_plain_session() -> None:
+    # A plain SparkSession's JVM lacks RayDP's classes; RayDP would fail with "'JavaPackage'
+    # object is not callable" and leave its own half-started state for atexit to trip over.
+    from pyspark import SparkContext
+
+    active = SparkContext._active_spark_context
+    if active is not None and getattr(active, "_jsc", None) is not None and not active.master.startswith("ray://"):
+        raise SparkSessionError(
+            f"a Spark session on {active.master!r} already runs in this process, and Spark on Ray needs its own; "
+            "stop it first (spark.stop()), or use that session's data through Parquet"
+        )
+
+
 def _prepare_process_environment() -> None:
     # Ray workers, RayDP's JVMs and Spark's Python workers inherit this process's environment.
     # Spark's Python workers must run this interpreter, or they lack pyspark; and `ray` (for
@@ -220,10 +303,16 @@ def _prepare_process_environment() -> None:
     # worker's log lines, their own included, which come back to them through the executor's
     # log: an echo loop that floods the notebook.
     os.environ.setdefault("RAY_LOG_TO_DRIVER", "0")
+    # Ray 2.50 warns on every start that it will stop overriding CUDA_VISIBLE_DEVICES for actors
+    # without GPUs; opting in to that behaviour now silences it (no actor here uses a GPU).
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     bin_dir = os.path.dirname(sys.executable)
     path = os.environ.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):
         os.environ["PATH"] = bin_dir + (os.pathsep + path if path else "")
+
+
+_LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 
 def _spark_configs(configs: dict[str, str] | None) -> dict[str, str]:
@@ -231,6 +320,10 @@ def _spark_configs(configs: dict[str, str] | None) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.showConsoleProgress": "false",
+        # Without a log4j2 file of its own, RayDP's JVMs print "Reconfiguration failed: No
+        # configuration found" as an ERROR, and Spark's routine warnings reach the console.
+        "spark.log4j.config.file.name": _LOG4J_CONFIG,
+        "spark.ray.log4j.config.file.name": _LOG4J_CONFIG,
     }
     merged.update(configs or {})
     for key in _JVM_OPTION_KEYS:

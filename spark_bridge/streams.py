@@ -26,7 +26,7 @@ from .arrow_io import (
     spark_arrow_schema,
     tables_to_dataframe,
 )
-from .session import ensure_ray
+from .session import check_dataframe, ensure_ray
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -168,6 +168,7 @@ def from_spark(
     if parallelism is not None and (not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1):
         raise ConfigurationError(f"parallelism must be an int >= 1 (or None for one per core, up to 4), got {parallelism!r}")
     ensure_ray()
+    check_dataframe(df)
     if parallelism is None:
         parallelism = default_parallelism()
     if timestamp_column is not None:
