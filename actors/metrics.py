@@ -1,7 +1,10 @@
 """Live metrics of an operator instance, exported through ``ray.util.metrics``.
 
-Names fit Prometheus (``actorflow_records_in_total`` ...); tags say which job, operator and
-subtask. The actor refreshes them about once a second, never per record.
+Names fit Prometheus (``actorflow_records_in_total`` ...); Ray's metrics agent exports them with
+its ``ray_`` prefix (``ray_actorflow_records_in_total``). Tags say which job, operator and
+subtask. Every counter is published at zero when the instance starts, so that a dashboard
+shows the series before the first event; the actor refreshes them about once a second, never
+per record.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ class OperatorMetricsExporter:
     def __init__(self, job: str, operator: str, subtask: str) -> None:
         self._tags = {"job": job, "operator": operator, "subtask": subtask}
         self._last: dict[str, float] = {}
+        for name, description in _COUNTERS.items():
+            # Counter.inc() refuses 0; recording it makes the series exist from the start.
+            _metric("counter", name, description)._record(0.0, tags=self._tags)
 
     def export(self, figures: dict[str, float]) -> None:
         for name, description in _COUNTERS.items():

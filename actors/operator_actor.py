@@ -151,6 +151,7 @@ class OperatorActor:
         self._chain.initialize_state(None)
         self._chain.open()
         self._exporter = OperatorMetricsExporter(spec.job, spec.name, f"{spec.index}/{spec.parallelism}")
+        self._exporter.export(self._figures())
         # Records are mostly acyclic and freed by reference counting; what was built so far lives
         # as long as the actor. Freezing it and collecting less often keeps the cyclic collector's
         # full passes (tens of ms each) from stalling the event loop under every request.

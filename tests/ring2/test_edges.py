@@ -51,3 +51,78 @@ def test_a_hung_blocking_call_frees_its_task_slot_after_the_timeout(ray_session)
     )
     assert table.column("user").to_pylist() == [-1] + list(range(1, 20))
     assert time.monotonic() - start < 25  # well before the hung call would have returned
+
+
+def _poll(check, timeout_s=60):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+def test_progress_counts_records_with_an_outcome_and_shows_a_stuck_request(ray_session):
+    import asyncio
+    import threading
+
+    import ray
+
+    async def one_hangs(row):
+        if row["user"] == 0:
+            await asyncio.sleep(6.0)
+        return [row]
+
+    stream = from_arrow([pa.table({"user": list(range(50))})], parallelism=1, job_name="progress").async_map(
+        one_hangs, capacity=10, ordered=False)
+    thread = threading.Thread(target=lambda: stream.execute(progress=False), daemon=True)
+    thread.start()
+    actor = _poll(lambda: _actor("progress/async_map[0/1]"))
+    # Every record has been read and 49 are done; the bar must not say 100 %, and it must show
+    # the one request in flight getting older.
+    first = _poll(lambda: (p := ray.get(actor.record_progress.remote()))["done"] == 49 and p)
+    assert first["in_flight"] == 1 and first["oldest_ms"] is not None
+    time.sleep(1.0)
+    later = ray.get(actor.record_progress.remote())
+    assert later["done"] == 49 and later["oldest_ms"] >= first["oldest_ms"] + 900
+    thread.join(60)
+
+
+def _actor(name):
+    import ray
+
+    try:
+        return ray.get_actor(name, namespace="actorflow")
+    except ValueError:
+        return None
+
+
+def test_a_failing_background_sender_fails_the_job_with_its_cause(ray_session):
+    # Run the operator actor's class in this process, with a downstream whose push raises: the
+    # failure must reach wait() with its cause, instead of a full outbox that waits forever.
+    import asyncio
+
+    from actors.operator_actor import ChainSpec, OperatorActor
+    from actors.source_actor import BlockReader
+    from operators import ActorflowError, MapOperator
+
+    class _Push:
+        def remote(self, *args):
+            raise RuntimeError("the receiver is gone")
+
+    class _BrokenDownstream:
+        push = _Push()
+
+    async def scenario():
+        spec = ChainSpec(job="broken", name="map", index=0, parallelism=1, num_inputs=1,
+                         operator_factories=[lambda: MapOperator(lambda v: v, "map")])
+        actor = OperatorActor(spec)
+        table = pa.table({"user": list(range(10_000))})
+        await actor.connect([_BrokenDownstream()], reader=BlockReader([table], batch_size=100))
+        await actor.start()
+        return await asyncio.wait_for(actor.wait(), timeout=30)
+
+    with pytest.raises(ActorflowError, match=r"broken/map\[0/1\]: sending output downstream failed: "
+                                             r"RuntimeError: the receiver is gone"):
+        asyncio.run(scenario())
