@@ -42,7 +42,7 @@ def compact(elements: Iterable[Any]) -> list[str]:
             if isinstance(v, dict) and "window_start" in v:
                 result = v["result"] if "result" in v else v.get("v")
                 window = "global" if v["window_start"] is None else f"[{v['window_start']},{v['window_end']})"
-                out.append(f"{v['k']} {window} {result} @{e.timestamp_ms}")
+                out.append(f"{v.get('k', v.get('key'))} {window} {result} @{e.timestamp_ms}")
             else:
                 out.append(f"{v} @{e.timestamp_ms}")
     return out
