@@ -243,6 +243,16 @@ class WindowOperator(StreamOperator):
         if skipped and self._is_event_time and timestamp_ms + self.allowed_lateness_ms <= self._watermark:  # type: ignore[operator]
             self._on_late(record)
 
+    def process_batch(self, batch: Any, timestamp_column: str) -> None:
+        """Process an Arrow table or record batch, one record per row (a dict) at ``timestamp_column``.
+
+        Vectorised when the operator allows it (see ``vectorised.py``), record by record otherwise;
+        the state and output are the same either way.
+        """
+        from .vectorised import process_batch
+
+        process_batch(self, batch, timestamp_column)
+
     def _add_to_merging_windows(self, key: Any, windows: Sequence[Any], record: Record) -> bool:
         merging = self._merging.get(key)
         if merging is None:
