@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
-from operator import index as _as_index
 from typing import Any, Callable, Iterable, Sequence
 
 from ..elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark
-from ..errors import ConfigurationError, RecordError, SchemaError, UserFunctionError, describe_value
+from ..errors import ConfigurationError, RecordError, UserFunctionError, describe_value
 from ..operator import OperatorContext, OperatorMetrics, Output, StreamOperator
 from ..timers import Timer, TimerService
 from .assigners import GlobalWindows, MergingWindowAssigner, TimeWindow, WindowAssigner
@@ -48,6 +47,7 @@ from .contexts import WindowContexts
 from .evictors import CountEvictor, Evictor, TimestampedValue
 from .functions import AggregateFunction, ProcessWindowFunction
 from .merging import MergingWindowSet
+from .records import event_time_of, key_function, key_of, record_error
 from .triggers import CountTrigger, PurgingTrigger, Trigger
 
 __all__ = ["WindowOperator", "WindowOperatorMetrics", "WindowSpec", "count_window"]
@@ -83,20 +83,6 @@ def count_window(size: int, slide: int | None = None) -> WindowSpec:
     if slide is None:
         return WindowSpec(GlobalWindows(), PurgingTrigger(CountTrigger(size)))
     return WindowSpec(GlobalWindows(), CountTrigger(slide), CountEvictor(size))
-
-
-def _key_function(key_selector: Any) -> tuple[Callable[[Any], Any], tuple[str, ...] | None]:
-    if isinstance(key_selector, str):
-        field = key_selector
-        return (lambda value: value[field]), (field,)
-    if isinstance(key_selector, (tuple, list)) and key_selector and all(isinstance(f, str) for f in key_selector):
-        fields = tuple(key_selector)
-        return (lambda value: tuple([value[f] for f in fields])), fields
-    if callable(key_selector):
-        return key_selector, None
-    raise ConfigurationError(
-        f"key_selector must be a column name, a tuple of column names or a callable, got {key_selector!r}"
-    )
 
 
 class WindowOperator(StreamOperator):
@@ -156,12 +142,14 @@ class WindowOperator(StreamOperator):
             )
         self.reduce_fn = reduce
         self.aggregate_fn = aggregate
+        # A window keeps its elements (not an incremental result) for an evictor or a lone process.
+        self._keeps_elements = evictor is not None or (reduce is None and aggregate is None)
         self.process_fn = process
         self.allowed_lateness_ms = allowed_lateness_ms
         self.late_data_tag = late_data_tag
         self.name = name
         self.key_selector = key_selector
-        self._key_of, self.key_fields = _key_function(key_selector)
+        self._key_of, self.key_fields = key_function(key_selector)
         self._is_event_time = window.is_event_time
         self._merging_assigner: MergingWindowAssigner[Any] | None = (
             window if isinstance(window, MergingWindowAssigner) else None
@@ -225,12 +213,12 @@ class WindowOperator(StreamOperator):
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
         value = record.value
-        key = self.key_of(value, record)
-        timestamp_ms = self.event_time_of(record) if self._is_event_time else record.timestamp_ms
+        key = key_of(self._key_of, record, self.context.name)
+        timestamp_ms = event_time_of(record, self.context.name, self.assigner) if self._is_event_time else record.timestamp_ms
         try:
             windows = self.assigner.assign_windows(value, timestamp_ms, self._pts.now_ms())  # type: ignore[arg-type]
         except Exception as error:
-            raise self._record_error(record, f"window assigner {self.assigner!r} raised {type(error).__name__}: {error}", error)
+            raise record_error(self.context.name, record, f"window assigner {self.assigner!r} raised {type(error).__name__}: {error}", error)
         if self._merging_assigner is not None:
             skipped = self._add_to_merging_windows(key, windows, record)
         else:
@@ -275,7 +263,7 @@ class WindowOperator(StreamOperator):
         value = record.value
         contents = self._contents.get(state_key, _EMPTY)
         try:
-            if self.evictor is not None or (self.reduce_fn is None and self.aggregate_fn is None):
+            if self._keeps_elements:
                 if contents is _EMPTY:
                     contents = self._contents[state_key] = []
                 contents.append(TimestampedValue(value, record.timestamp_ms) if self.evictor is not None else value)
@@ -287,7 +275,7 @@ class WindowOperator(StreamOperator):
                 self._contents[state_key] = agg.add(value, agg.create_accumulator() if contents is _EMPTY else contents)
         except Exception as error:
             fn = "reduce" if self.reduce_fn is not None else "aggregate"
-            raise self._record_error(record, f"{fn} function raised {type(error).__name__}: {error} in window {window!r}", error)
+            raise record_error(self.context.name, record, f"{fn} function raised {type(error).__name__}: {error} in window {window!r}", error)
         ctx = self._ctx.trigger
         ctx.key = key
         ctx.window = window
@@ -301,7 +289,7 @@ class WindowOperator(StreamOperator):
     def merge_contents(self, a: Any, b: Any, window: Any) -> Any:
         """Fold the contents ``b`` of a merged-away window into ``a`` (merging windows)."""
         try:
-            if self.evictor is not None or (self.reduce_fn is None and self.aggregate_fn is None):
+            if self._keeps_elements:
                 a.extend(b)
                 return a
             if self.reduce_fn is not None:
@@ -482,46 +470,6 @@ class WindowOperator(StreamOperator):
         return row
 
     # --------------------------------------------------------------------- checks
-
-    def key_of(self, value: Any, record: Record) -> Any:
-        try:
-            key = self._key_of(value)
-        except Exception as error:
-            raise self._record_error(record, f"key_selector raised {type(error).__name__}: {error}", error)
-        try:
-            hash(key)
-        except TypeError as error:
-            raise self._record_error(
-                record, f"key {describe_value(key)} of type {type(key).__name__} is unhashable; a key must be hashable", error, RecordError
-            )
-        return key
-
-    def event_time_of(self, record: Record) -> int:
-        ts: Any = record.timestamp_ms
-        if type(ts) is int:
-            return ts
-        if ts is not None and not isinstance(ts, bool):
-            try:
-                return _as_index(ts)
-            except TypeError:
-                if isinstance(ts, float) and ts.is_integer():
-                    return int(ts)
-        raise SchemaError(
-            f"{self.context.name}: record {describe_value(record.value)} has timestamp_ms={ts!r}; "
-            f"an event-time window ({self.assigner!r}) needs an int timestamp on every record"
-        )
-
-    def _record_error(
-        self, record: Record, message: str, cause: BaseException, kind: type[RecordError] = UserFunctionError
-    ) -> RecordError:
-        error = kind(
-            f"{message} on record {describe_value(record.value)} (timestamp_ms={record.timestamp_ms})",
-            operator=self.context.name,
-            value=record.value,
-            timestamp_ms=record.timestamp_ms,
-        )
-        error.__cause__ = cause
-        return error
 
     def __repr__(self) -> str:
         return f"WindowOperator({self.name!r}, {self.assigner!r}, trigger={self.trigger!r})"

@@ -235,3 +235,31 @@ def test_output_timestamp_is_the_window_max_timestamp_and_rows_carry_the_window(
     assert [(r.value, r.timestamp_ms) for r in h.output_records()] == [
         ({"k": "a", "window_start": 0, "window_end": 10, "result": 3}, 9)
     ]
+
+
+def test_records_past_cleanup_never_reach_the_trigger():
+    from operators.windows import Trigger, TriggerResult
+
+    seen = []
+
+    class Spy(EventTimeTrigger):
+        def on_element(self, value, timestamp_ms, window, ctx):
+            seen.append(timestamp_ms)
+            return super().on_element(value, timestamp_ms, window, ctx)
+
+    assert issubclass(Spy, Trigger) and TriggerResult.FIRE.is_fire
+    h, out = run(WindowOperator("k", TumblingEventTimeWindows(10), aggregate=Sum("v"), trigger=Spy(), allowed_lateness_ms=5),
+                 ["a:1@3", "wm 12", "a:1@4", "wm 14", "a:1@5", "wm 30"])
+    assert seen == [3, 4]  # 4 is late but allowed (cleanup at 14); 5 came after the cleanup
+    assert out == ["a [0,10) 1 @9", "wm 12", "a [0,10) 2 @9", "wm 14", "wm 30"]
+    assert h.chain.head.metrics.late_records_dropped == 1  # type: ignore[attr-defined]
+
+
+def test_with_an_evictor_a_window_keeps_its_raw_elements_with_timestamps():
+    from operators.windows import CountEvictor, TimestampedValue, TimeWindow
+
+    op = WindowOperator("k", TumblingEventTimeWindows(10), aggregate=Sum("v"), evictor=CountEvictor(1))
+    h, out = run(op, ["a:1@3", "a:2@4", "wm 9"])
+    assert out == ["a [0,10) 2 @9", "wm 9"]  # the last element only
+    h, _ = run(op := WindowOperator("k", TumblingEventTimeWindows(10), aggregate=Sum("v"), evictor=CountEvictor(1)), ["a:1@3", "a:2@4"])
+    assert op._contents == {("a", TimeWindow(0, 10)): [TimestampedValue({"k": "a", "v": 1}, 3), TimestampedValue({"k": "a", "v": 2}, 4)]}
