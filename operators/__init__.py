@@ -32,7 +32,13 @@ from .operator import (
 )
 from .retry import ExponentialBackoff, FixedDelay, NoRetry, RetryStrategy, any_exception, empty_result, exception_of_type
 from .timers import ManualProcessingTimeService, ProcessingTimeService, Timer, TimerHandle, TimerService
-from .watermarks import BoundedOutOfOrdernessWatermarks, StatusWatermarkValve, WatermarkGenerator, WatermarksWithIdleness
+from .watermarks import (
+    BoundedOutOfOrdernessWatermarks,
+    StatusWatermarkValve,
+    TimestampsAndWatermarksOperator,
+    WatermarkGenerator,
+    WatermarksWithIdleness,
+)
 from .windows import (
     AggregateFunction,
     Aggregations,
@@ -96,5 +102,6 @@ __all__ = [
     "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowAssigner", "WindowContext", "WindowOperator",
     "WindowSpec", "count_window",
     # watermarks
-    "BoundedOutOfOrdernessWatermarks", "StatusWatermarkValve", "WatermarkGenerator", "WatermarksWithIdleness",
+    "BoundedOutOfOrdernessWatermarks", "StatusWatermarkValve", "TimestampsAndWatermarksOperator", "WatermarkGenerator",
+    "WatermarksWithIdleness",
 ]

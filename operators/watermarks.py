@@ -5,6 +5,9 @@
 - ``WatermarksWithIdleness``: wraps a generator; an input with no records for ``idleness_ms`` of
   processing time says it is idle, so that it holds back no one's watermark. It judges by the
   time of the last record, so a steady stream never flips between idle and active.
+- ``TimestampsAndWatermarksOperator``: the operator that runs a generator in a pipeline: it
+  stamps records with their event time and emits the generator's watermarks every
+  ``interval_ms`` of processing time (Flink's ``TimestampsAndWatermarksOperator``).
 - ``StatusWatermarkValve``: an operator with N inputs forwards the minimum of their watermarks,
   leaving out idle and ended inputs; it never goes backwards, says IDLE once when every input is
   idle and ACTIVE once when one comes back (Flink's ``StatusWatermarkValve``).
@@ -23,15 +26,18 @@ Threading model: not thread-safe; the mailbox thread owns them.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 from .clock import Clock
-from .elements import MIN_TIMESTAMP, StreamElement, Watermark, WatermarkStatus
-from .errors import ConfigurationError
+from .elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, StreamElement, Watermark, WatermarkStatus
+from .errors import ConfigurationError, SchemaError, UserFunctionError, describe_value
+from .operator import OperatorContext, Output, StreamOperator
+from .timers import TimerHandle
 
 __all__ = [
     "BoundedOutOfOrdernessWatermarks",
     "StatusWatermarkValve",
+    "TimestampsAndWatermarksOperator",
     "WatermarkGenerator",
     "WatermarksWithIdleness",
 ]
@@ -108,21 +114,34 @@ class WatermarksWithIdleness:
     [WatermarkStatus(idle=False), Watermark(timestamp_ms=59)]
     """
 
-    def __init__(self, watermarks: WatermarkGenerator, idleness_ms: int, clock: Clock) -> None:
+    def __init__(self, watermarks: WatermarkGenerator, idleness_ms: int, clock: Clock | None = None) -> None:
         if isinstance(idleness_ms, bool) or not isinstance(idleness_ms, int) or idleness_ms <= 0:
             raise ConfigurationError(f"idleness_ms must be an int of milliseconds > 0, got {idleness_ms!r}")
         self.watermarks = watermarks
         self.idleness_ms = idleness_ms
         self._clock = clock
-        self._last_activity_ms = clock.now_ms()
+        self._last_activity_ms: int | None = None
         self.is_idle = False
+
+    def bind_clock(self, clock: Clock) -> None:
+        """Use ``clock`` if none was given (``TimestampsAndWatermarksOperator`` passes its own)."""
+        if self._clock is None:
+            self._clock = clock
+
+    def _now_ms(self) -> int:
+        if self._clock is None:
+            raise ConfigurationError("WatermarksWithIdleness has no clock; pass clock= or run it in TimestampsAndWatermarksOperator")
+        return self._clock.now_ms()
 
     def on_event(self, timestamp_ms: int) -> None:
         self.watermarks.on_event(timestamp_ms)
-        self._last_activity_ms = self._clock.now_ms()
+        self._last_activity_ms = self._now_ms()
 
     def on_periodic_emit(self) -> list[StreamElement]:
-        quiet_ms = self._clock.now_ms() - self._last_activity_ms
+        now = self._now_ms()
+        if self._last_activity_ms is None:
+            self._last_activity_ms = now  # quiet from the first look on
+        quiet_ms = now - self._last_activity_ms
         if quiet_ms >= self.idleness_ms:
             if self.is_idle:
                 return []
@@ -137,6 +156,112 @@ class WatermarksWithIdleness:
 
     def __repr__(self) -> str:
         return f"WatermarksWithIdleness({self.watermarks!r}, idleness_ms={self.idleness_ms})"
+
+
+class TimestampsAndWatermarksOperator(StreamOperator):
+    """Gives records their event time and emits watermarks from a generator, periodically.
+
+    - ``timestamp_fn(value) -> ms`` gives a record its event time; without it the record's own
+      ``timestamp_ms`` is used. Either way a record without an int event time is refused.
+    - Every ``interval_ms`` of processing time the generator is asked what to emit (watermarks,
+      and idle/active status with ``WatermarksWithIdleness``).
+    - Watermarks from upstream are dropped, as this operator makes its own; only the final one
+      (``MAX_WATERMARK``, the end of event time) passes. At the end of input the generator has
+      its last say.
+    - The generator is not in snapshots: after a restore, watermarks start again from the
+      records that follow, as in Flink.
+
+    >>> from operators import OperatorHarness
+    >>> op = TimestampsAndWatermarksOperator(BoundedOutOfOrdernessWatermarks(10), timestamp_fn=lambda v: v["ts"], interval_ms=100)
+    >>> h = OperatorHarness(op)
+    >>> h.process_element({"ts": 50}); h.set_processing_time(100)
+    >>> h.output
+    [Record(value={'ts': 50}, timestamp_ms=50), Watermark(timestamp_ms=39)]
+    """
+
+    def __init__(
+        self,
+        generator: WatermarkGenerator,
+        *,
+        timestamp_fn: Callable[[Any], int] | None = None,
+        interval_ms: int = 200,
+        name: str = "watermarks",
+    ) -> None:
+        if not hasattr(generator, "on_event") or not hasattr(generator, "on_periodic_emit"):
+            raise ConfigurationError(f"generator must have on_event and on_periodic_emit, got {type(generator).__name__}")
+        if timestamp_fn is not None and not callable(timestamp_fn):
+            raise ConfigurationError(f"timestamp_fn must be a callable, got {type(timestamp_fn).__name__}")
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or interval_ms <= 0:
+            raise ConfigurationError(f"interval_ms must be an int of milliseconds > 0, got {interval_ms!r}")
+        self.generator = generator
+        self.timestamp_fn = timestamp_fn
+        self.interval_ms = interval_ms
+        self.name = name
+        self._tick: TimerHandle | None = None
+
+    def setup(self, context: OperatorContext, output: Output) -> None:
+        super().setup(context, output)
+        self._tick = None
+        bind_clock = getattr(self.generator, "bind_clock", None)
+        if bind_clock is not None:
+            bind_clock(context.clock)  # idleness is judged by the operator's processing time
+
+    def open(self) -> None:
+        self._schedule()
+
+    def _schedule(self) -> None:
+        pts = self.context.processing_time
+        self._tick = pts.register_timer(pts.now_ms() + self.interval_ms, self._on_tick)
+
+    def _on_tick(self, _: int) -> None:
+        self._emit(self.generator.on_periodic_emit())
+        self._schedule()
+
+    def _emit(self, elements: list[StreamElement]) -> None:
+        for e in elements:
+            if isinstance(e, Watermark):
+                self.output.emit_watermark(e)
+            elif isinstance(e, WatermarkStatus):
+                self.output.emit_watermark_status(e)
+
+    def process_element(self, record: Record) -> None:
+        self.metrics.records_in += 1
+        if self.timestamp_fn is not None:
+            try:
+                ts: Any = self.timestamp_fn(record.value)
+            except Exception as error:
+                raise UserFunctionError(
+                    f"timestamp_fn raised {type(error).__name__}: {error} on record {describe_value(record.value)}",
+                    operator=self.context.name, value=record.value,
+                ) from error
+        else:
+            ts = record.timestamp_ms
+        if type(ts) is not int:
+            raise SchemaError(
+                f"{self.context.name}: record {describe_value(record.value)} has event time {ts!r}; "
+                "a watermark generator needs an int timestamp on every record"
+            )
+        self.generator.on_event(ts)
+        self.output.collect(record if ts == record.timestamp_ms else Record(record.value, ts))
+        self.metrics.records_out += 1
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        if watermark.timestamp_ms == MAX_WATERMARK:
+            self.output.emit_watermark(watermark)
+
+    def process_watermark_status(self, status: WatermarkStatus) -> None:
+        pass  # this operator decides idleness from its own input
+
+    def end_input(self) -> None:
+        self._emit(self.generator.on_periodic_emit())
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+
+    def close(self) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
 
 
 class StatusWatermarkValve:

@@ -159,3 +159,70 @@ def test_valve_properties(n, steps):
     assert watermarks == sorted(set(watermarks))  # strictly increasing: never back, never repeated
     assert all(a != b for a, b in zip(statuses, statuses[1:]))  # IDLE and ACTIVE alternate
     assert not statuses or statuses[0] is True  # the valve starts active
+
+
+# ------------------------------------------------------- the operator that runs a generator
+
+
+def test_operator_stamps_records_and_emits_watermarks_and_idleness_periodically():
+    from operators import OperatorHarness, Record
+    from operators.watermarks import TimestampsAndWatermarksOperator
+
+    h = OperatorHarness(TimestampsAndWatermarksOperator(
+        WatermarksWithIdleness(BoundedOutOfOrdernessWatermarks(10), idleness_ms=250),  # on the operator's clock
+        timestamp_fn=lambda v: v["ts"],
+        interval_ms=100,
+    ))
+    h.process_element({"ts": 100})
+    h.process_watermark(5)  # upstream watermarks are not this operator's: dropped
+    h.set_processing_time(100)
+    h.process_element({"ts": 130})
+    h.process_element({"ts": 120})  # out of order within the bound
+    h.set_processing_time(200)
+    h.set_processing_time(300)  # no new record: the same watermark is not repeated
+    h.set_processing_time(400)  # 300 ms without records: idle
+    h.set_processing_time(500)  # idle once, not at every tick
+    h.process_element({"ts": 140})
+    h.set_processing_time(600)
+    h.end_input()
+    assert h.output == [
+        Record({"ts": 100}, 100),
+        Watermark(89),
+        Record({"ts": 130}, 130),
+        Record({"ts": 120}, 120),
+        Watermark(119),
+        IDLE,
+        Record({"ts": 140}, 140),
+        ACTIVE,
+        Watermark(129),
+    ]
+
+
+def test_operator_passes_only_the_final_watermark_and_refuses_records_without_event_time():
+    from operators import OperatorHarness, SchemaError
+    from operators.elements import MAX_WATERMARK
+    from operators.watermarks import TimestampsAndWatermarksOperator
+
+    h = OperatorHarness(TimestampsAndWatermarksOperator(BoundedOutOfOrdernessWatermarks(0)), name="job/wm[0/1]")
+    h.process_watermark(7)
+    h.process_watermark(MAX_WATERMARK)
+    assert h.output == [Watermark(MAX_WATERMARK)]
+    with pytest.raises(SchemaError, match=r"job/wm\[0/1\]: record 'x' has event time None; a watermark generator needs an int timestamp"):
+        h.process_element("x")
+    with pytest.raises(ConfigurationError, match="interval_ms must be an int of milliseconds > 0, got 0"):
+        TimestampsAndWatermarksOperator(BoundedOutOfOrdernessWatermarks(0), interval_ms=0)
+
+
+def test_generator_and_window_operator_in_one_chain():
+    from operators import OperatorHarness
+    from operators.watermarks import TimestampsAndWatermarksOperator
+    from operators.windows import Count, TumblingEventTimeWindows, WindowOperator
+
+    h = OperatorHarness([
+        TimestampsAndWatermarksOperator(BoundedOutOfOrdernessWatermarks(5), timestamp_fn=lambda v: v["ts"], interval_ms=10),
+        WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Count()),
+    ])
+    for ts in (1, 4, 12, 9, 15):
+        h.process_element({"user": "a", "ts": ts})
+    h.set_processing_time(10)  # watermark 15 - 5 - 1 = 9: the window [0,10) is complete, 9 was in time
+    assert h.output_values() == [{"user": "a", "window_start": 0, "window_end": 10, "result": 3}]
