@@ -45,6 +45,7 @@ class WindowContext(Protocol):
     ``global_state`` a dict kept per key across windows. Both are in snapshots.
     """
 
+    key: Any
     window: Any
 
     def current_watermark_ms(self) -> int: ...
