@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "operators.watermarks",
+    "operators.windows",
     "operators.windows.assigners",
     "operators.windows.evictors",
     "operators.windows.functions",
