@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from ..elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark
-from ..errors import ConfigurationError, RecordError, UserFunctionError, describe_value
+from ..errors import ConfigurationError, RecordError, ResultTypeError, UserFunctionError, describe_value
 from ..operator import OperatorContext, OperatorMetrics, Output, StreamOperator
 from ..timers import Timer, TimerService
 from .assigners import GlobalWindows, MergingWindowAssigner, TimeWindow, WindowAssigner
@@ -48,7 +48,7 @@ from .evictors import CountEvictor, Evictor, TimestampedValue
 from .functions import AggregateFunction, ProcessWindowFunction
 from .merging import MergingWindowSet
 from .records import event_time_of, key_function, key_of, record_error
-from .triggers import CountTrigger, PurgingTrigger, Trigger
+from .triggers import CountTrigger, PurgingTrigger, Trigger, TriggerResult
 
 __all__ = ["WindowOperator", "WindowOperatorMetrics", "WindowSpec", "count_window"]
 
@@ -279,12 +279,24 @@ class WindowOperator(StreamOperator):
         ctx = self._ctx.trigger
         ctx.key = key
         ctx.window = window
-        result = self.trigger.on_element(value, record.timestamp_ms, window, ctx)
+        try:
+            result = self.trigger.on_element(value, record.timestamp_ms, window, ctx)
+        except Exception as error:
+            raise record_error(self.context.name, record, f"trigger {self.trigger!r} raised {type(error).__name__}: {error} in window {window!r}", error)
+        if type(result) is not TriggerResult:
+            raise self._bad_trigger_result("on_element", window, result)
         if result.is_fire:
             self._emit_window(key, window, state_key)
         if result.is_purge:
             self._contents.pop(state_key, None)
         self._register_cleanup_timer(key, window)
+
+    def _bad_trigger_result(self, method: str, window: Any, result: Any) -> ResultTypeError:
+        return ResultTypeError(
+            f"trigger {self.trigger!r}.{method} must return a TriggerResult, got {describe_value(result)} "
+            f"in window {window!r}",
+            operator=self.context.name,
+        )
 
     def merge_contents(self, a: Any, b: Any, window: Any) -> Any:
         """Fold the contents ``b`` of a merged-away window into ``a`` (merging windows)."""
@@ -331,10 +343,20 @@ class WindowOperator(StreamOperator):
             ctx = self._ctx.trigger
             ctx.key = key
             ctx.window = window
-            if event_time:
-                result = self.trigger.on_event_time(time_ms, window, ctx)
-            else:
-                result = self.trigger.on_processing_time(time_ms, window, ctx)
+            method = "on_event_time" if event_time else "on_processing_time"
+            try:
+                if event_time:
+                    result = self.trigger.on_event_time(time_ms, window, ctx)
+                else:
+                    result = self.trigger.on_processing_time(time_ms, window, ctx)
+            except Exception as error:
+                raise UserFunctionError(
+                    f"trigger {self.trigger!r} raised {type(error).__name__} in {method}({time_ms}): {error} "
+                    f"for key {describe_value(key)} in window {window!r}",
+                    operator=self.context.name, value=key, timestamp_ms=time_ms,
+                ) from error
+            if type(result) is not TriggerResult:
+                raise self._bad_trigger_result(method, window, result)
             if result.is_fire:
                 self._emit_window(key, window, state_key)
             if result.is_purge:

@@ -123,3 +123,30 @@ def test_configuration_errors_at_construction(kw, message):
     kw.setdefault("aggregate", Sum("v"))
     with pytest.raises(ConfigurationError, match=message):
         WindowOperator(key, window, **kw)
+
+
+class Forgetful(Trigger):
+    def on_element(self, value, timestamp_ms, window, ctx):
+        ctx.register_event_time_timer(window.max_timestamp())  # and forgets to return a result
+
+    def on_event_time(self, time_ms, window, ctx):
+        raise KeyError("oops")
+
+
+def test_a_trigger_that_returns_no_result_or_raises():
+    from operators import ResultTypeError
+    from operators.windows import TriggerResult
+
+    h = harness(trigger=Forgetful())
+    with pytest.raises(ResultTypeError, match=r"job/win\[0/1\]: trigger Forgetful\(\)\.on_element must return a TriggerResult, got None in window TimeWindow\(start_ms=0, end_ms=10\)"):
+        h.process_element({"k": "a"}, 1)
+
+    class Returns(Forgetful):
+        def on_element(self, value, timestamp_ms, window, ctx):
+            super().on_element(value, timestamp_ms, window, ctx)
+            return TriggerResult.CONTINUE
+
+    h = harness(trigger=Returns())
+    h.process_element({"k": "a"}, 1)
+    with pytest.raises(UserFunctionError, match=r"trigger Returns\(\) raised KeyError in on_event_time\(9\): 'oops' for key 'a' in window TimeWindow\(start_ms=0, end_ms=10\)"):
+        h.process_watermark(9)
