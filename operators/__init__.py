@@ -32,6 +32,53 @@ from .operator import (
 )
 from .retry import ExponentialBackoff, FixedDelay, NoRetry, RetryStrategy, any_exception, empty_result, exception_of_type
 from .timers import ManualProcessingTimeService, ProcessingTimeService, Timer, TimerHandle, TimerService
+from .watermarks import (
+    BoundedOutOfOrdernessWatermarks,
+    StatusWatermarkValve,
+    TimestampsAndWatermarksOperator,
+    WatermarkGenerator,
+    WatermarksWithIdleness,
+)
+from .windows import (
+    AggregateFunction,
+    Aggregations,
+    ContinuousEventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
+    Count,
+    CountEvictor,
+    CountTrigger,
+    DeltaEvictor,
+    DynamicEventTimeSessionWindows,
+    DynamicProcessingTimeSessionWindows,
+    EventTimeSessionWindows,
+    EventTimeTrigger,
+    Evictor,
+    GlobalWindow,
+    GlobalWindows,
+    Max,
+    Mean,
+    Min,
+    ProcessingTimeSessionWindows,
+    ProcessingTimeTrigger,
+    ProcessWindowFunction,
+    PurgingTrigger,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    Sum,
+    TimeEvictor,
+    TimestampedValue,
+    TimeWindow,
+    Trigger,
+    TriggerContext,
+    TriggerResult,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowAssigner,
+    WindowContext,
+    WindowOperator,
+    WindowSpec,
+    count_window,
+)
 
 __all__ = [
     "ActorflowError", "AsyncFunction", "AsyncTimeoutError", "AsyncWaitOperator", "AsyncioCoroutineRunner",
@@ -45,4 +92,16 @@ __all__ = [
     "Suspension", "SystemClock", "TaskMailbox", "Timer", "TimerHandle", "TimerService", "UserFunctionError",
     "Watermark", "WatermarkStatus", "any_exception", "as_async_function", "async_wait", "empty_result",
     "exception_of_type",
+    # windows
+    "AggregateFunction", "Aggregations", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Count",
+    "CountEvictor", "CountTrigger", "DeltaEvictor", "DynamicEventTimeSessionWindows",
+    "DynamicProcessingTimeSessionWindows", "EventTimeSessionWindows", "EventTimeTrigger", "Evictor", "GlobalWindow",
+    "GlobalWindows", "Max", "Mean", "Min", "ProcessWindowFunction", "ProcessingTimeSessionWindows",
+    "ProcessingTimeTrigger", "PurgingTrigger", "SlidingEventTimeWindows", "SlidingProcessingTimeWindows", "Sum",
+    "TimeEvictor", "TimeWindow", "TimestampedValue", "Trigger", "TriggerContext", "TriggerResult",
+    "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowAssigner", "WindowContext", "WindowOperator",
+    "WindowSpec", "count_window",
+    # watermarks
+    "BoundedOutOfOrdernessWatermarks", "StatusWatermarkValve", "TimestampsAndWatermarksOperator", "WatermarkGenerator",
+    "WatermarksWithIdleness",
 ]

@@ -24,13 +24,13 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "operators").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "operators").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT / "operators")))
 def test_ring1_imports_neither_ray_nor_spark_nor_outer_rings(path):
     forbidden = {"ray", "pyspark", "raydp", "actors", "cluster", "spark_bridge"}
     assert not _imports(path) & forbidden
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "operators").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "operators").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT / "operators")))
 def test_ring1_reads_no_wall_clock_outside_the_clock_module(path):
     if path.name == "clock.py":
         return

@@ -1,0 +1,212 @@
+"""The Arrow path: assign windows and pre-aggregate a whole batch at once.
+
+For the common case (built-in aggregations on tumbling or sliding event-time windows with the
+event-time trigger, keyed by columns) the per-record work of the window operator is a group-by:
+each row is placed in its windows with array arithmetic, and ``pyarrow.compute`` sums, counts,
+and takes minima and maxima per ``(key, window)``. The partial results are merged into the same
+operator state the per-record path keeps, and the same timers are registered, so both paths can
+be mixed freely and snapshot alike.
+
+Everything else falls back to the per-record path, one ``Record`` per row: user functions,
+custom triggers, evictors, sessions, processing time. Rows that are late for one of their windows
+(fired already, or past cleanup) also take the per-record path, since each of them may fire a
+window or go to the side output on its own.
+
+Both paths give identical results on integers. On floating-point columns sums may differ in the
+last bits, as the order of additions differs.
+
+>>> import pyarrow as pa
+>>> from operators import OperatorHarness
+>>> from operators.windows import TumblingEventTimeWindows, Sum, WindowOperator
+>>> op = WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Sum("amount"))
+>>> h = OperatorHarness(op); h.open()
+>>> op.process_batch(pa.table({"user": ["a", "b", "a"], "amount": [1, 2, 3], "ts": [1, 2, 3]}), "ts")
+>>> h.process_watermark(9); h.output_values()
+[{'user': 'a', 'window_start': 0, 'window_end': 10, 'result': 4}, {'user': 'b', 'window_start': 0, 'window_end': 10, 'result': 2}]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..elements import MAX_WATERMARK, MIN_TIMESTAMP, Record
+from ..errors import SchemaError
+from .assigners import SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
+from .functions import Aggregations, BuiltinAggregate
+from .triggers import EventTimeTrigger
+
+if TYPE_CHECKING:
+    from .window_operator import WindowOperator
+
+__all__ = ["process_batch", "why_not_vectorised"]
+
+_ROW = "__actorflow_row"
+_START = "__actorflow_window_start"
+_EMPTY: Any = object()
+
+
+def _builtins(op: "WindowOperator") -> list[BuiltinAggregate] | None:
+    agg = op.aggregate_fn
+    parts = list(agg.named.values()) if isinstance(agg, Aggregations) else [agg]
+    if all(isinstance(p, BuiltinAggregate) and type(p).__module__ == BuiltinAggregate.__module__ for p in parts):
+        return parts  # type: ignore[return-value]
+    return None
+
+
+def why_not_vectorised(op: "WindowOperator", schema: pa.Schema | None = None) -> str | None:
+    """Why a batch for ``op`` must take the per-record path, or None if it can be vectorised."""
+    if type(op.assigner) not in (TumblingEventTimeWindows, SlidingEventTimeWindows):
+        return f"the assigner {op.assigner!r} is not a tumbling or sliding event-time one"
+    if type(op.trigger) is not EventTimeTrigger:
+        return f"the trigger {op.trigger!r} is not the event-time trigger"
+    if op.evictor is not None:
+        return "an evictor needs every element"
+    if op.aggregate_fn is None or _builtins(op) is None:
+        return "only built-in aggregations (Count, Sum, Min, Max, Mean) are vectorised"
+    if op.key_fields is None:
+        return "the key is computed by a function, not named columns"
+    if schema is not None:
+        for field in op.key_fields:
+            if field not in schema.names:
+                return f"the key column {field!r} is not in the batch"
+            if pa.types.is_nested(schema.field(field).type):
+                return f"the key column {field!r} is of nested type {schema.field(field).type}"
+        for part in _builtins(op) or []:
+            if part.field is not None and part.field not in schema.names:
+                return f"the column {part.field!r} is not in the batch"
+    return None
+
+
+def _event_time(op: "WindowOperator", table: pa.Table, timestamp_column: str) -> pa.ChunkedArray:
+    if timestamp_column not in table.schema.names:
+        raise SchemaError(f"{op.context.name}: the batch has no column {timestamp_column!r}; its columns are {table.schema.names}")
+    ts = table.column(timestamp_column)
+    if ts.null_count:
+        raise SchemaError(
+            f"{op.context.name}: column {timestamp_column!r} holds nulls in {ts.null_count} rows; "
+            "event time needs a timestamp on every record"
+        )
+    if pa.types.is_timestamp(ts.type):
+        ts = pc.cast(pc.cast(ts, pa.timestamp("ms")), pa.int64())
+    elif not pa.types.is_integer(ts.type):
+        raise SchemaError(
+            f"{op.context.name}: column {timestamp_column!r} is of type {ts.type}; event time needs integer milliseconds"
+        )
+    return pc.cast(ts, pa.int64())
+
+
+def process_batch(op: "WindowOperator", batch: pa.Table | pa.RecordBatch, timestamp_column: str) -> None:
+    """Process every row of ``batch`` (a dict per row, its event time from ``timestamp_column``)."""
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    if table.num_rows == 0:
+        return
+    ts = _event_time(op, table, timestamp_column)
+    assigner: Any = op.assigner
+    vectorise = why_not_vectorised(op, table.schema) is None
+    if vectorise:
+        # Window arithmetic near the ends of the int64 range would wrap: Python's ints do not.
+        bounds = pc.min_max(ts).as_py()
+        margin = 2 * assigner.size_ms
+        vectorise = MIN_TIMESTAMP + margin < bounds["min"] and bounds["max"] < MAX_WATERMARK - margin
+    if not vectorise:
+        for row, t in zip(table.to_pylist(), ts.to_pylist()):
+            op.process_element(Record(row, t))
+        return
+
+    size = assigner.size_ms
+    slide = getattr(assigner, "slide_ms", size)
+    offset = assigner.offset_ms
+    watermark = op._watermark
+    # The start of each row's newest window; division truncates, so fix up negative remainders.
+    shifted = pc.subtract(ts, offset)
+    remainder = pc.subtract(shifted, pc.multiply(pc.divide(shifted, slide), slide))
+    remainder = pc.if_else(pc.less(remainder, 0), pc.add(remainder, slide), remainder)
+    newest = pc.subtract(ts, remainder)
+    lower = pc.subtract(ts, size)
+
+    starts, exists = [], []
+    late = None
+    for j in range((size + slide - 1) // slide):
+        start = pc.subtract(newest, j * slide)
+        has = pc.greater(start, lower)
+        # max_timestamp = start + size - 1 <= watermark: the window fired already, or is gone
+        fired = pc.and_(has, pc.less_equal(start, pa.scalar(max(watermark - size + 1, MIN_TIMESTAMP), pa.int64())))
+        late = fired if late is None else pc.or_(late, fired)
+        starts.append(start)
+        exists.append(has)
+    assert late is not None
+    rows = pa.array(range(table.num_rows), pa.int64())
+    fallback_rows = pc.indices_nonzero(late).to_pylist()
+
+    parts = _builtins(op) or []
+    columns = list(dict.fromkeys([*(op.key_fields or ()), *(p.field for p in parts if p.field is not None)]))
+    base = table.select(columns).append_column(_ROW, rows)
+    pieces = []
+    for start, has in zip(starts, exists):
+        keep = pc.and_(has, pc.invert(late))
+        pieces.append(base.append_column(_START, start).filter(keep))
+    assigned = pa.concat_tables(pieces)
+    groups = _pre_aggregate(assigned, list(op.key_fields or ()), parts)
+
+    values = table.to_pylist() if fallback_rows else None
+    times = ts.to_pylist() if fallback_rows else None
+    next_fallback = 0
+    op.metrics.records_in += table.num_rows - len(fallback_rows)
+    for first_row, key, start, partial in groups:
+        # Interleave by row so that timers are registered in the order the per-record path would.
+        while next_fallback < len(fallback_rows) and fallback_rows[next_fallback] < first_row:
+            i = fallback_rows[next_fallback]
+            op.process_element(Record(values[i], times[i]))  # type: ignore[index]
+            next_fallback += 1
+        _add_partial(op, key, TimeWindow(start, start + size), partial)
+    for i in fallback_rows[next_fallback:]:
+        op.process_element(Record(values[i], times[i]))  # type: ignore[index]
+
+
+def _pre_aggregate(assigned: pa.Table, keys: list[str], parts: list[BuiltinAggregate]) -> list[tuple[int, Any, int, Any]]:
+    """``(first row, key, window start, accumulator)`` per group, in the per-record path's order."""
+    if assigned.num_rows == 0:
+        return []
+    specs: list[tuple[str, str, Any]] = [(_ROW, "min", None), (_ROW, "count", None)]
+    for p in parts:
+        if p.kind in ("sum", "mean"):
+            specs.append((p.field or "", "sum", pc.ScalarAggregateOptions(min_count=0)))
+        if p.kind in ("min", "max"):
+            specs.append((p.field or "", p.kind, None))
+        if p.kind == "mean":
+            specs.append((p.field or "", "count", pc.CountOptions(mode="only_valid")))
+    unique = {(c, f): o for c, f, o in specs}  # a Sum and a Mean of one column share its sum
+    aggregations = [(c, f, o) if o is not None else (c, f) for (c, f), o in unique.items()]
+    result = assigned.group_by([*keys, _START], use_threads=False).aggregate(aggregations)
+    result = result.sort_by([(f"{_ROW}_min", "ascending"), (_START, "descending")])
+    cols = {name: result.column(name).to_pylist() for name in result.schema.names}
+    key_cols = [cols[k] for k in keys]
+    out = []
+    for i, (first, start, n) in enumerate(zip(cols[f"{_ROW}_min"], cols[_START], cols[f"{_ROW}_count"])):
+        key = key_cols[0][i] if len(keys) == 1 else tuple(c[i] for c in key_cols)
+        accs = []
+        for p in parts:
+            if p.kind == "count":
+                accs.append(n)
+            elif p.kind == "sum":
+                accs.append(cols[f"{p.field}_sum"][i])
+            elif p.kind in ("min", "max"):
+                accs.append(cols[f"{p.field}_{p.kind}"][i])
+            else:
+                accs.append((cols[f"{p.field}_sum"][i], cols[f"{p.field}_count"][i]))
+        out.append((first, key, start, accs))
+    return out
+
+
+def _add_partial(op: "WindowOperator", key: Any, window: TimeWindow, accs: list[Any]) -> None:
+    agg = op.aggregate_fn
+    partial = accs if isinstance(agg, Aggregations) else accs[0]
+    state_key = (key, window)
+    existing = op._contents.get(state_key, _EMPTY)
+    op._contents[state_key] = partial if existing is _EMPTY else agg.merge(existing, partial)  # type: ignore[union-attr]
+    # What the event-time trigger's on_element does for a window still open, then the cleanup timer.
+    op._timers.register_event_time_timer(window.max_timestamp(), key, window)
+    op._register_cleanup_timer(key, window)

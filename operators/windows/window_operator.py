@@ -1,0 +1,497 @@
+"""The keyed window operator: assign, accumulate, trigger, evict, emit, clean up.
+
+Flink's ``WindowOperator`` and ``EvictingWindowOperator`` in one. For each record the operator
+takes its key (``key_selector``), asks the assigner for its windows, adds the record to each
+window's contents and asks the trigger what to do. Timers of ``(timestamp_ms, key, window)``
+fire the trigger again, and a cleanup timer at ``max_timestamp + allowed_lateness_ms`` drops a
+window's contents, trigger state and per-window state for good.
+
+Output: each firing emits records at ``window.max_timestamp()``. Without a ``process`` function,
+the value is a dict::
+
+    {<key columns>, "window_start": start_ms, "window_end": end_ms, <result columns>}
+
+- key columns: the ``key_selector`` field(s) by name when it is a column name or a tuple of
+  them, else ``"key"``;
+- ``window_start``/``window_end``: the window's bounds in ms (None for the global window);
+- result columns: the result's items when it is a dict (they win over a clash), else ``"result"``.
+
+A ``process`` function decides the output values itself.
+
+Late records (event time): a record whose windows are all past cleanup time goes to the side output
+``late_data_tag`` if given, else is dropped and counted in ``metrics.late_records_dropped``. A record
+late for only some of its windows goes to the others and is not side-output.
+
+Threading model: every method runs on the mailbox thread.
+
+>>> from operators import OperatorHarness
+>>> from operators.windows import TumblingEventTimeWindows, Count
+>>> h = OperatorHarness(WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Count()))
+>>> h.process_element({"user": "a"}, 3); h.process_element({"user": "a"}, 7); h.process_watermark(9)
+>>> h.output_values()
+[{'user': 'a', 'window_start': 0, 'window_end': 10, 'result': 2}]
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+from ..elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark
+from ..errors import ConfigurationError, RecordError, ResultTypeError, UserFunctionError, describe_value
+from ..operator import OperatorContext, OperatorMetrics, Output, StreamOperator
+from ..timers import Timer, TimerService
+from .assigners import GlobalWindows, MergingWindowAssigner, TimeWindow, WindowAssigner
+from .contexts import WindowContexts
+from .evictors import CountEvictor, Evictor, TimestampedValue
+from .functions import AggregateFunction, ProcessWindowFunction
+from .merging import MergingWindowSet
+from .records import event_time_of, key_function, key_of, record_error
+from .triggers import CountTrigger, PurgingTrigger, Trigger, TriggerResult
+
+__all__ = ["WindowOperator", "WindowOperatorMetrics", "WindowSpec", "count_window"]
+
+_EMPTY: Any = object()
+
+
+@dataclass
+class WindowOperatorMetrics(OperatorMetrics):
+    """The operator's counters, plus the late records it dropped (not side-output)."""
+
+    late_records_dropped: int = 0
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """An assigner with the trigger and evictor it needs, as ``count_window`` builds them."""
+
+    assigner: WindowAssigner[Any]
+    trigger: Trigger | None = None
+    evictor: Evictor | None = None
+
+
+def count_window(size: int, slide: int | None = None) -> WindowSpec:
+    """Windows of ``size`` elements per key; with ``slide``, one every ``slide`` elements over the last ``size``.
+
+    Built as Flink does: the global window with a purging count trigger, or with a count trigger
+    of ``slide`` and a count evictor of ``size``.
+
+    >>> count_window(3).trigger, count_window(3, 1).evictor
+    (PurgingTrigger(CountTrigger(max_count=3)), CountEvictor(max_count=3, do_evict_after=False))
+    """
+    if slide is None:
+        return WindowSpec(GlobalWindows(), PurgingTrigger(CountTrigger(size)))
+    return WindowSpec(GlobalWindows(), CountTrigger(slide), CountEvictor(size))
+
+
+class WindowOperator(StreamOperator):
+    """A keyed window operator; see the module docstring for its output.
+
+    Give ``reduce`` or ``aggregate`` (incremental) and/or ``process`` (full window).
+    ``window`` is an assigner, or a ``WindowSpec`` from ``count_window``; ``trigger`` and
+    ``evictor`` override the assigner's defaults.
+    """
+
+    metrics: WindowOperatorMetrics
+
+    def __init__(
+        self,
+        key_selector: Any,
+        window: WindowAssigner[Any] | WindowSpec,
+        *,
+        reduce: Callable[[Any, Any], Any] | None = None,
+        aggregate: AggregateFunction | None = None,
+        process: ProcessWindowFunction | Callable[..., Iterable[Any] | None] | None = None,
+        trigger: Trigger | None = None,
+        evictor: Evictor | None = None,
+        allowed_lateness_ms: int = 0,
+        late_data_tag: str | None = None,
+        name: str = "window",
+    ) -> None:
+        if isinstance(window, WindowSpec):
+            trigger = trigger if trigger is not None else window.trigger
+            evictor = evictor if evictor is not None else window.evictor
+            window = window.assigner
+        if not isinstance(window, WindowAssigner):
+            raise ConfigurationError(f"window must be a WindowAssigner or a WindowSpec, got {type(window).__name__}")
+        self.assigner = window
+        self.trigger: Trigger = trigger if trigger is not None else window.default_trigger()
+        if not isinstance(self.trigger, Trigger):
+            raise ConfigurationError(f"trigger must be a Trigger, got {type(self.trigger).__name__}")
+        if evictor is not None and not isinstance(evictor, Evictor):
+            raise ConfigurationError(f"evictor must be an Evictor, got {type(evictor).__name__}")
+        self.evictor = evictor
+        if reduce is not None and aggregate is not None:
+            raise ConfigurationError("give reduce or aggregate, not both")
+        if reduce is None and aggregate is None and process is None:
+            raise ConfigurationError("a window operator needs a function: reduce, aggregate or process; got none")
+        if reduce is not None and not callable(reduce):
+            raise ConfigurationError(f"reduce must be a callable (a, b) -> value, got {type(reduce).__name__}")
+        if aggregate is not None and not isinstance(aggregate, AggregateFunction):
+            raise ConfigurationError(f"aggregate must be an AggregateFunction, got {type(aggregate).__name__}")
+        if process is not None and not (isinstance(process, ProcessWindowFunction) or callable(process)):
+            raise ConfigurationError(f"process must be a callable or a ProcessWindowFunction, got {type(process).__name__}")
+        if isinstance(allowed_lateness_ms, bool) or not isinstance(allowed_lateness_ms, int) or allowed_lateness_ms < 0:
+            raise ConfigurationError(f"allowed_lateness_ms must be an int >= 0, got {allowed_lateness_ms!r}")
+        if late_data_tag is not None and not isinstance(late_data_tag, str):
+            raise ConfigurationError(f"late_data_tag must be a str, got {late_data_tag!r}")
+        if window.is_merging and not self.trigger.can_merge():
+            raise ConfigurationError(
+                f"a merging window assigner ({window!r}) needs a trigger that can merge; {self.trigger!r} cannot"
+            )
+        self.reduce_fn = reduce
+        self.aggregate_fn = aggregate
+        # A window keeps its elements (not an incremental result) for an evictor or a lone process.
+        self._keeps_elements = evictor is not None or (reduce is None and aggregate is None)
+        self.process_fn = process
+        self.allowed_lateness_ms = allowed_lateness_ms
+        self.late_data_tag = late_data_tag
+        self.name = name
+        self.key_selector = key_selector
+        self._key_of, self.key_fields = key_function(key_selector)
+        self._is_event_time = window.is_event_time
+        self._merging_assigner: MergingWindowAssigner[Any] | None = (
+            window if isinstance(window, MergingWindowAssigner) else None
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def setup(self, context: OperatorContext, output: Output) -> None:
+        super().setup(context, output)
+        self.metrics = WindowOperatorMetrics()
+        self._pts = context.processing_time
+        self._timers = TimerService(self, context.processing_time)
+        self._watermark = MIN_TIMESTAMP
+        #: (key, state window) -> accumulator / reduced value / list of elements
+        self._contents: dict[tuple[Any, Any], Any] = {}
+        self._trigger_state: dict[tuple[Any, Any], dict[str, Any]] = {}
+        self._window_state: dict[tuple[Any, Any], dict[str, Any]] = {}
+        self._global_state: dict[Any, dict[str, Any]] = {}
+        self._merging: dict[Any, MergingWindowSet] = {}
+        self._ctx = WindowContexts(self)
+
+    def initialize_state(self, state: Any | None) -> None:
+        if state is None:
+            return
+        s = pickle.loads(state)
+        self._contents = s["contents"]
+        self._trigger_state = s["trigger_state"]
+        self._window_state = s["window_state"]
+        self._global_state = s["global_state"]
+        if self._merging_assigner is not None:
+            self._merging = {k: MergingWindowSet(self._merging_assigner, m) for k, m in s["merging"].items()}
+        self._timers.restore(s["timers"])
+        self._watermark = s["watermark"]
+
+    def snapshot_state(self) -> bytes:
+        """Window contents, trigger and function state, merge sets and timers, as bytes.
+
+        Pickled at once, so that the operator may go on changing its state while the snapshot is
+        written elsewhere.
+        """
+        return pickle.dumps(
+            {
+                "contents": self._contents,
+                "trigger_state": self._trigger_state,
+                "window_state": self._window_state,
+                "global_state": self._global_state,
+                "merging": {k: m.mapping for k, m in self._merging.items()},
+                "timers": self._timers.snapshot(),
+                "watermark": self._watermark,
+            }
+        )
+
+    # ---------------------------------------------------------------------- input
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        if watermark.timestamp_ms > self._watermark:
+            self._watermark = watermark.timestamp_ms
+            self._timers.advance_watermark(watermark.timestamp_ms)
+        self.output.emit_watermark(watermark)
+
+    def process_element(self, record: Record) -> None:
+        self.metrics.records_in += 1
+        value = record.value
+        key = key_of(self._key_of, record, self.context.name)
+        timestamp_ms = event_time_of(record, self.context.name, self.assigner) if self._is_event_time else record.timestamp_ms
+        try:
+            windows = self.assigner.assign_windows(value, timestamp_ms, self._pts.now_ms())  # type: ignore[arg-type]
+        except Exception as error:
+            raise record_error(self.context.name, record, f"window assigner {self.assigner!r} raised {type(error).__name__}: {error}", error)
+        if self._merging_assigner is not None:
+            skipped = self._add_to_merging_windows(key, windows, record)
+        else:
+            skipped = True
+            for window in windows:
+                if self._is_event_time and self._cleanup_time(window) <= self._watermark:
+                    continue  # too late for this window; maybe not for the others
+                skipped = False
+                self._add_and_trigger(key, window, window, record)
+        if skipped and self._is_event_time and timestamp_ms + self.allowed_lateness_ms <= self._watermark:  # type: ignore[operator]
+            self._on_late(record)
+
+    def process_batch(self, batch: Any, timestamp_column: str) -> None:
+        """Process an Arrow table or record batch, one record per row (a dict) at ``timestamp_column``.
+
+        Vectorised when the operator allows it (see ``vectorised.py``), record by record otherwise;
+        the state and output are the same either way.
+        """
+        from .vectorised import process_batch
+
+        process_batch(self, batch, timestamp_column)
+
+    def _add_to_merging_windows(self, key: Any, windows: Sequence[Any], record: Record) -> bool:
+        merging = self._merging.get(key)
+        if merging is None:
+            merging = self._merging[key] = MergingWindowSet(self._merging_assigner)  # type: ignore[arg-type]
+        skipped = True
+        merge = self._ctx.merge_function(key)
+        for window in windows:
+            actual = merging.add_window(window, merge)
+            if self._is_event_time and self._cleanup_time(actual) <= self._watermark:
+                merging.retire_window(actual)
+                continue
+            skipped = False
+            self._add_and_trigger(key, actual, merging.get_state_window(actual), record)
+        if not merging.mapping:
+            del self._merging[key]
+        return skipped
+
+    def _add_and_trigger(self, key: Any, window: Any, state_window: Any, record: Record) -> None:
+        state_key = (key, state_window)
+        value = record.value
+        contents = self._contents.get(state_key, _EMPTY)
+        try:
+            if self._keeps_elements:
+                if contents is _EMPTY:
+                    contents = self._contents[state_key] = []
+                contents.append(TimestampedValue(value, record.timestamp_ms) if self.evictor is not None else value)
+            elif self.reduce_fn is not None:
+                self._contents[state_key] = value if contents is _EMPTY else self.reduce_fn(contents, value)
+            else:
+                agg = self.aggregate_fn
+                assert agg is not None
+                self._contents[state_key] = agg.add(value, agg.create_accumulator() if contents is _EMPTY else contents)
+        except Exception as error:
+            fn = "reduce" if self.reduce_fn is not None else "aggregate"
+            raise record_error(self.context.name, record, f"{fn} function raised {type(error).__name__}: {error} in window {window!r}", error)
+        ctx = self._ctx.trigger
+        ctx.key = key
+        ctx.window = window
+        try:
+            result = self.trigger.on_element(value, record.timestamp_ms, window, ctx)
+        except Exception as error:
+            raise record_error(self.context.name, record, f"trigger {self.trigger!r} raised {type(error).__name__}: {error} in window {window!r}", error)
+        if type(result) is not TriggerResult:
+            raise self._bad_trigger_result("on_element", window, result)
+        if result.is_fire:
+            self._emit_window(key, window, state_key)
+        if result.is_purge:
+            self._contents.pop(state_key, None)
+        self._register_cleanup_timer(key, window)
+
+    def _bad_trigger_result(self, method: str, window: Any, result: Any) -> ResultTypeError:
+        return ResultTypeError(
+            f"trigger {self.trigger!r}.{method} must return a TriggerResult, got {describe_value(result)} "
+            f"in window {window!r}",
+            operator=self.context.name,
+        )
+
+    def merge_contents(self, a: Any, b: Any, window: Any) -> Any:
+        """Fold the contents ``b`` of a merged-away window into ``a`` (merging windows)."""
+        try:
+            if self._keeps_elements:
+                a.extend(b)
+                return a
+            if self.reduce_fn is not None:
+                return self.reduce_fn(a, b)
+            assert self.aggregate_fn is not None
+            return self.aggregate_fn.merge(a, b)
+        except Exception as error:
+            raise UserFunctionError(
+                f"merging the contents of window {window!r} raised {type(error).__name__}: {error}",
+                operator=self.context.name,
+            ) from error
+
+    def _on_late(self, record: Record) -> None:
+        if self.late_data_tag is not None:
+            self.output.collect_side(self.late_data_tag, record.value)
+        else:
+            self.metrics.late_records_dropped += 1
+
+    # --------------------------------------------------------------------- timers
+
+    def on_event_time(self, timer: Timer) -> None:
+        self._on_timer(timer, True)
+
+    def on_processing_time(self, timer: Timer) -> None:
+        self._on_timer(timer, False)
+
+    def _on_timer(self, timer: Timer, event_time: bool) -> None:
+        key, window, time_ms = timer.key, timer.namespace, timer.timestamp_ms
+        merging = None
+        if self._merging_assigner is not None:
+            merging = self._merging.get(key)
+            state_window = merging.get_state_window(window) if merging is not None else None
+            if state_window is None:
+                return  # a timer of a window that was merged away or cleaned up: it must not fire
+        else:
+            state_window = window
+        state_key = (key, state_window)
+        if state_key in self._contents:
+            ctx = self._ctx.trigger
+            ctx.key = key
+            ctx.window = window
+            method = "on_event_time" if event_time else "on_processing_time"
+            try:
+                if event_time:
+                    result = self.trigger.on_event_time(time_ms, window, ctx)
+                else:
+                    result = self.trigger.on_processing_time(time_ms, window, ctx)
+            except Exception as error:
+                raise UserFunctionError(
+                    f"trigger {self.trigger!r} raised {type(error).__name__} in {method}({time_ms}): {error} "
+                    f"for key {describe_value(key)} in window {window!r}",
+                    operator=self.context.name, value=key, timestamp_ms=time_ms,
+                ) from error
+            if type(result) is not TriggerResult:
+                raise self._bad_trigger_result(method, window, result)
+            if result.is_fire:
+                self._emit_window(key, window, state_key)
+            if result.is_purge:
+                self._contents.pop(state_key, None)
+        if event_time == self._is_event_time and time_ms == self._cleanup_time(window):
+            self._clear_all_state(key, window, state_key, merging)
+
+    def _cleanup_time(self, window: Any) -> int:
+        max_ts: int = window.max_timestamp()
+        if not self._is_event_time:
+            return max_ts
+        # Saturate rather than pass the int64 range, which would put the timer out of reach.
+        return min(max_ts + self.allowed_lateness_ms, MAX_WATERMARK)
+
+    def _register_cleanup_timer(self, key: Any, window: Any) -> None:
+        cleanup_ms = self._cleanup_time(window)
+        if cleanup_ms == MAX_WATERMARK:
+            return  # the global window, or one that ends at the end of time: nothing to clean up
+        if self._is_event_time:
+            self._timers.register_event_time_timer(cleanup_ms, key, window)
+        else:
+            self._timers.register_processing_time_timer(cleanup_ms, key, window)
+
+    def _delete_cleanup_timer(self, key: Any, window: Any) -> None:
+        cleanup_ms = self._cleanup_time(window)
+        if cleanup_ms == MAX_WATERMARK:
+            return
+        if self._is_event_time:
+            self._timers.delete_event_time_timer(cleanup_ms, key, window)
+        else:
+            self._timers.delete_processing_time_timer(cleanup_ms, key, window)
+
+    def _clear_all_state(self, key: Any, window: Any, state_key: tuple[Any, Any], merging: MergingWindowSet | None) -> None:
+        self._contents.pop(state_key, None)
+        ctx = self._ctx.trigger
+        ctx.key = key
+        ctx.window = window
+        self.trigger.clear(window, ctx)
+        self._trigger_state.pop((key, window), None)
+        if isinstance(self.process_fn, ProcessWindowFunction):
+            pctx = self._ctx.process
+            pctx.key = key
+            pctx.window = window
+            self.process_fn.clear(pctx)
+        self._window_state.pop((key, window), None)
+        if merging is not None:
+            merging.retire_window(window)
+            if not merging.mapping:
+                del self._merging[key]
+
+    # ----------------------------------------------------------------------- emit
+
+    def _emit_window(self, key: Any, window: Any, state_key: tuple[Any, Any]) -> None:
+        contents = self._contents[state_key]
+        try:
+            if self.evictor is not None:
+                results = self._evicting_results(key, window, contents)
+            elif self.reduce_fn is not None:
+                results = self._results(key, window, contents)
+            elif self.aggregate_fn is not None:
+                results = self._results(key, window, self.aggregate_fn.get_result(contents))
+            else:
+                results = self._process(key, window, contents)
+        except RecordError:
+            raise
+        except Exception as error:
+            raise UserFunctionError(
+                f"window function raised {type(error).__name__}: {error} for key {describe_value(key)} in window {window!r}",
+                operator=self.context.name,
+                value=key,
+                timestamp_ms=window.max_timestamp(),
+            ) from error
+        timestamp_ms = window.max_timestamp()
+        collect = self.output.collect
+        for value in results:
+            collect(Record(value, timestamp_ms))
+            self.metrics.records_out += 1
+
+    def _results(self, key: Any, window: Any, result: Any) -> Iterable[Any]:
+        if self.process_fn is not None:
+            return self._process(key, window, [result])
+        return (self.output_row(key, window, result),)
+
+    def _process(self, key: Any, window: Any, elements: list[Any]) -> Iterable[Any]:
+        pctx = self._ctx.process
+        pctx.key = key
+        pctx.window = window
+        fn = self.process_fn
+        out = fn.process(key, pctx, elements) if isinstance(fn, ProcessWindowFunction) else fn(key, pctx, elements)  # type: ignore[misc]
+        return () if out is None else list(out)
+
+    def _evicting_results(self, key: Any, window: Any, contents: list[TimestampedValue]) -> Iterable[Any]:
+        evictor = self.evictor
+        assert evictor is not None
+        ectx = self._ctx.trigger
+        evictor.evict_before(contents, window, ectx)
+        values = [e.value for e in contents]
+        if self.reduce_fn is not None:
+            results: Iterable[Any] = ()
+            if values:
+                acc = values[0]
+                for v in values[1:]:
+                    acc = self.reduce_fn(acc, v)
+                results = self._results(key, window, acc)
+        elif self.aggregate_fn is not None:
+            acc = self.aggregate_fn.create_accumulator()
+            for v in values:
+                acc = self.aggregate_fn.add(v, acc)
+            results = self._results(key, window, self.aggregate_fn.get_result(acc))
+        else:
+            results = self._process(key, window, values)
+        evictor.evict_after(contents, window, ectx)
+        return results
+
+    def output_row(self, key: Any, window: Any, result: Any) -> dict[str, Any]:
+        """The default output value of a window's result (see the module docstring)."""
+        fields = self.key_fields
+        if fields is None:
+            row: dict[str, Any] = {"key": key}
+        elif len(fields) == 1:
+            row = {fields[0]: key}
+        else:
+            row = dict(zip(fields, key))
+        if isinstance(window, TimeWindow):
+            row["window_start"] = window.start_ms
+            row["window_end"] = window.end_ms
+        else:
+            row["window_start"] = row["window_end"] = None
+        if isinstance(result, dict):
+            row.update(result)
+        else:
+            row["result"] = result
+        return row
+
+    # --------------------------------------------------------------------- checks
+
+    def __repr__(self) -> str:
+        return f"WindowOperator({self.name!r}, {self.assigner!r}, trigger={self.trigger!r})"

@@ -1,0 +1,188 @@
+"""The Arrow path: a whole batch assigned and pre-aggregated at once, with the per-record path's results."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+import pyarrow as pa
+import pytest
+
+from operators import OperatorHarness, SchemaError
+from operators.windows import (
+    Aggregations,
+    Count,
+    EventTimeSessionWindows,
+    Max,
+    Mean,
+    Min,
+    SlidingEventTimeWindows,
+    Sum,
+    TumblingEventTimeWindows,
+    WindowOperator,
+)
+from operators.windows.triggers import CountTrigger
+from operators.windows.vectorised import why_not_vectorised
+
+
+def batch(rows):
+    return pa.table({
+        "user": pa.array([r[0] for r in rows], pa.string()),
+        "region": pa.array([r[1] for r in rows], pa.int64()),
+        "amount": pa.array([r[2] for r in rows], pa.int64()),
+        "ts": pa.array([r[3] for r in rows], pa.int64()),
+    })
+
+
+class Spy(WindowOperator):
+    """Counts the rows that took the per-record path."""
+
+    per_record = 0
+
+    def process_element(self, record):
+        self.per_record += 1
+        super().process_element(record)
+
+
+def both(make_op, steps):
+    """Run ``steps`` (batches of rows, or watermarks) per record and as Arrow batches."""
+    slow, fast = make_op(), make_op()
+    hs, hf = OperatorHarness(slow), OperatorHarness(fast)
+    hs.open()
+    hf.open()
+    for step in steps:
+        if isinstance(step, int):
+            hs.process_watermark(step)
+            hf.process_watermark(step)
+        else:
+            table = batch(step)
+            for row in table.to_pylist():
+                hs.process_element(row, row["ts"])
+            fast.process_batch(table, "ts")
+    return hs, hf, slow, fast
+
+
+def test_an_on_time_batch_never_takes_the_per_record_path():
+    op = Spy(("user", "region"), SlidingEventTimeWindows(20, 10), aggregate=Aggregations(n=Count(), total=Sum("amount")))
+    h = OperatorHarness(op)
+    h.open()
+    op.process_batch(batch([("a", 1, 5, 3), ("b", 1, 7, 12), ("a", 1, 1, 15), ("a", 2, None, 15)]), "ts")
+    assert op.per_record == 0 and op.metrics.records_in == 4
+    h.process_watermark(100)
+    assert h.output_values() == [
+        {"user": "a", "region": 1, "window_start": -10, "window_end": 10, "n": 1, "total": 5},
+        {"user": "a", "region": 1, "window_start": 0, "window_end": 20, "n": 2, "total": 6},
+        {"user": "b", "region": 1, "window_start": 0, "window_end": 20, "n": 1, "total": 7},
+        {"user": "a", "region": 2, "window_start": 0, "window_end": 20, "n": 1, "total": 0},  # a null adds nothing
+        {"user": "b", "region": 1, "window_start": 10, "window_end": 30, "n": 1, "total": 7},
+        {"user": "a", "region": 1, "window_start": 10, "window_end": 30, "n": 1, "total": 1},
+        {"user": "a", "region": 2, "window_start": 10, "window_end": 30, "n": 1, "total": 0},
+    ]
+
+
+def test_late_rows_take_the_per_record_path_and_fire_or_go_aside():
+    op = Spy("user", TumblingEventTimeWindows(10), aggregate=Count(), allowed_lateness_ms=10, late_data_tag="late")
+    h = OperatorHarness(op)
+    h.process_element({"user": "a", "region": 0, "amount": 0, "ts": 1}, 1)
+    h.process_watermark(15)
+    h.clear_output()
+    op.per_record = 0
+    op.process_batch(batch([("a", 0, 0, 2), ("a", 0, 0, 16), ("b", 0, 0, -5)]), "ts")
+    assert op.per_record == 2  # 2 is late but allowed (re-fires [0,10)); -5 is past cleanup
+    assert h.output_values() == [{"user": "a", "window_start": 0, "window_end": 10, "result": 2}]
+    assert h.side_outputs["late"] == [{"user": "b", "region": 0, "amount": 0, "ts": -5}]
+
+
+@pytest.mark.parametrize(
+    "make_op, reason",
+    [
+        (lambda: WindowOperator("user", EventTimeSessionWindows(5), aggregate=Count()), "not a tumbling or sliding"),
+        (lambda: WindowOperator("user", TumblingEventTimeWindows(5), reduce=lambda a, b: a), "only built-in aggregations"),
+        (lambda: WindowOperator("user", TumblingEventTimeWindows(5), aggregate=Count(), trigger=CountTrigger(2)), "not the event-time trigger"),
+        (lambda: WindowOperator(lambda v: v["user"], TumblingEventTimeWindows(5), aggregate=Count()), "computed by a function"),
+    ],
+)
+def test_what_falls_back_gives_the_same_result(make_op, reason):
+    assert reason in (why_not_vectorised(make_op()) or "")
+    hs, hf, _, _ = both(make_op, [[("a", 0, 1, 1), ("a", 0, 2, 3), ("b", 0, 3, 2)], 100])
+    assert hf.output == hs.output and hs.output_values()
+
+
+@pytest.mark.parametrize(
+    "column, message",
+    [
+        (pa.array([1, None], pa.int64()), "column 'ts' holds nulls in 1 rows; event time needs a timestamp on every record"),
+        (pa.array(["1", "2"]), "column 'ts' is of type string; event time needs integer milliseconds"),
+    ],
+)
+def test_bad_event_time_columns(column, message):
+    op = WindowOperator("user", TumblingEventTimeWindows(5), aggregate=Count())
+    OperatorHarness(op).open()
+    with pytest.raises(SchemaError, match=message):
+        op.process_batch(pa.table({"user": ["a", "b"], "ts": column}), "ts")
+
+
+def test_timestamp_columns_are_read_as_milliseconds():
+    op = WindowOperator("user", TumblingEventTimeWindows(1000), aggregate=Count())
+    h = OperatorHarness(op)
+    h.open()
+    op.process_batch(pa.table({"user": ["a"], "ts": pa.array([1500], pa.timestamp("ms"))}), "ts")
+    h.process_watermark(1999)
+    assert h.output_values()[0]["window_start"] == 1000
+
+
+# ----------------------------------------------------------------------------- property
+
+AGGREGATES = [
+    Count(), Sum("amount"), Min("amount"), Max("amount"), Mean("amount"),
+    Aggregations(n=Count(), total=Sum("amount"), low=Min("amount"), high=Max("amount"), avg=Mean("amount")),
+]
+
+
+@st.composite
+def operators_and_streams(draw):
+    size = draw(st.integers(1, 30))
+    sliding = draw(st.booleans())
+    slide = draw(st.integers(1, size)) if sliding else size
+    offset = draw(st.integers(-(slide - 1), slide - 1))
+    assigner = SlidingEventTimeWindows(size, slide, offset) if sliding else TumblingEventTimeWindows(size, offset)
+    aggregate = draw(st.sampled_from(AGGREGATES))
+    key = draw(st.sampled_from(["user", ("user", "region")]))
+    lateness = draw(st.integers(0, 20))
+    tag = draw(st.sampled_from([None, "late"]))
+    bound = draw(st.integers(0, 25))  # how far out of order records may be behind the largest so far
+
+    def make_op():
+        return WindowOperator(key, assigner, aggregate=aggregate, allowed_lateness_ms=lateness, late_data_tag=tag)
+
+    steps = []
+    top = draw(st.integers(-50, 50))
+    wm = top - bound - 1
+    for _ in range(draw(st.integers(1, 8))):
+        rows = []
+        for _ in range(draw(st.integers(0, 12))):
+            top = max(top, top + draw(st.integers(-3, 8)))
+            if draw(st.integers(0, 4)) == 0:
+                # around the watermark: on time, at a fired window's end, late but allowed, too late
+                ts = wm - draw(st.integers(-2, size + lateness + 2))
+            else:
+                ts = top - draw(st.integers(0, bound))
+            amount = draw(st.one_of(st.none(), st.integers(-100, 100)))
+            rows.append((draw(st.sampled_from("abc")), draw(st.integers(0, 1)), amount, ts))
+        steps.append(rows)
+        if draw(st.booleans()):
+            wm = max(wm, top - bound - 1)  # a bounded-out-of-orderness watermark
+            steps.append(wm)
+    steps.append(top + 1000)
+    return make_op, steps
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=operators_and_streams())
+def test_vectorised_and_per_record_paths_agree(case):
+    make_op, steps = case
+    hs, hf, slow, fast = both(make_op, steps)
+    assert hf.output == hs.output
+    assert dict(hf.side_outputs) == dict(hs.side_outputs)
+    assert fast.metrics.late_records_dropped == slow.metrics.late_records_dropped
+    assert fast.metrics.records_in == slow.metrics.records_in
+    assert fast._contents == slow._contents
