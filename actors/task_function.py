@@ -185,10 +185,16 @@ class RayTaskFunction(AsyncFunction):
             if unsettled == 0:
                 all_settled.set()
 
+        def settle_later(index: int) -> Callable[[], None]:
+            def hook() -> None:
+                self._loop.call_soon(settle, index)
+
+            return hook
+
         for index, future in enumerate(futures):
             # A record that times out abandons its future: it is settled, without waiting for
             # the hung call behind it.
-            future.add_cancel_hook(lambda i=index: self._loop.call_soon(settle, i))
+            future.add_cancel_hook(settle_later(index))
         reader = self._loop.create_task(self._read(generator, futures, settle))
         waiter = self._loop.create_task(all_settled.wait())
         try:

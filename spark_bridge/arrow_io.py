@@ -205,7 +205,7 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
     # public entry (ray_dataset_to_spark_dataframe) would map naive timestamps to timestamp, not
     # timestamp_ntz, and fetch the first block into this process to look at it; its inner
     # function takes the Spark schema as given.
-    core_worker = ray._private.worker.global_worker.core_worker
+    core_worker = ray._private.worker.global_worker.core_worker  # type: ignore[attr-defined]
     locations = [core_worker.get_owner_address(ref) for ref in block_refs]
     return _convert_by_rdd(spark, block_refs, locations, struct)
 

@@ -229,7 +229,7 @@ def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
             f"{what} got a DataFrame of a Spark session that was stopped (stop_spark() or spark.stop()); "
             "build the DataFrame again in spark_session()"
         )
-    master = context.master
+    master = context.master or ""
     if not master.startswith("ray://"):
         raise SparkSessionError(
             f"{what} reads DataFrames of Spark on Ray (spark_bridge.spark_session()), got one of a Spark "
@@ -285,7 +285,7 @@ def _refuse_plain_session() -> None:
     from pyspark import SparkContext
 
     active = SparkContext._active_spark_context
-    if active is not None and getattr(active, "_jsc", None) is not None and not active.master.startswith("ray://"):
+    if active is not None and getattr(active, "_jsc", None) is not None and not (active.master or "").startswith("ray://"):
         raise SparkSessionError(
             f"a Spark session on {active.master!r} already runs in this process, and Spark on Ray needs its own; "
             "stop it first (spark.stop()), or use that session's data through Parquet"
