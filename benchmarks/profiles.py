@@ -7,6 +7,9 @@ system, every instance and every run sees exactly the same latency for record 17
 - ``"constant"``: 20 ms for every record.
 - ``"lognormal"``: median 20 ms, ``sigma = ln(10) / 2.326``, so that the 99th percentile is
   200 ms (ten times the median); the mean is ``20 * exp(sigma**2 / 2)``, about 32.6 ms.
+- ``"skewed"``: 20 ms, but a slow shard of users (one user id in ten, ``id // 7``) answers in
+  100 ms, and one record in 2,000 (chosen by hash) in 1.5 s: the profile on which ordered
+  output pays for a slow head of its queue.
 
 A call sleeps its latency and returns :func:`call_result` of the record id, a value a benchmark
 can check to prove that every record was really called. ``async_call`` sleeps with
@@ -76,8 +79,16 @@ class LatencyProfile:
     median_ms: float
     sigma: float = 0.0
     seed: int = 0
+    slow_shard_every: int = 0  # users (record_id // 7) with user % slow_shard_every == 0 are slow
+    slow_shard_ms: float = 0.0
+    tail_every: int = 0  # one record in tail_every, by hash, takes tail_ms
+    tail_ms: float = 0.0
 
     def latency_ms(self, record_id: int) -> float:
+        if self.tail_every and _mix64((record_id ^ (self.seed * 0x2545F4914F6CDD1D)) & _MASK64) % self.tail_every == 0:
+            return self.tail_ms
+        if self.slow_shard_every and (record_id // 7) % self.slow_shard_every == 0:
+            return self.slow_shard_ms
         if self.sigma == 0.0:
             return self.median_ms
         h = _mix64((record_id ^ (self.seed * 0x2545F4914F6CDD1D)) & _MASK64)
@@ -101,7 +112,7 @@ class LatencyProfile:
         """Mean latency over record ids ``0 .. n-1``: Little's law's ``L`` for a run of ``n``."""
         if n <= 0:
             raise ValueError(f"n must be > 0, got {n}")
-        if self.sigma == 0.0:
+        if self.sigma == 0.0 and not self.tail_every and not self.slow_shard_every:
             return self.median_ms
         return math.fsum(self.latency_ms(i) for i in range(n)) / n
 
@@ -109,6 +120,8 @@ class LatencyProfile:
 _PROFILES: dict[str, LatencyProfile] = {
     "constant": LatencyProfile("constant", median_ms=20.0),
     "lognormal": LatencyProfile("lognormal", median_ms=20.0, sigma=LOGNORMAL_SIGMA, seed=20240607),
+    "skewed": LatencyProfile("skewed", median_ms=20.0, seed=20251123, slow_shard_every=10, slow_shard_ms=100.0,
+                             tail_every=2_000, tail_ms=1_500.0),
 }
 PROFILES: tuple[str, ...] = tuple(_PROFILES)
 
