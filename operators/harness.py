@@ -106,10 +106,12 @@ class OperatorHarness:
         self.name = name
 
         def context_for(i: int, op: StreamOperator) -> OperatorContext:
+            # Each operator's mails (and timers) carry its position in the chain.
+            executor = self.processor.executor(i)
             return OperatorContext(
                 name=name if len(operators) == 1 else f"{name}#{i}",
-                mailbox_executor=self.executor,
-                processing_time=self.processing_time,
+                mailbox_executor=executor,
+                processing_time=self.processing_time.with_executor(executor),
                 clock=self.clock,
                 coroutine_runner=AsyncioCoroutineRunner(self.loop),
                 signal_progress=self._on_progress,
