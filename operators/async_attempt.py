@@ -246,6 +246,11 @@ class AttemptHandler:
             self.retry_timer.cancel()
         self.on_outcome(kind, payload)
 
+    @property
+    def is_done(self) -> bool:
+        """True once the outcome is decided."""
+        return self.state is _State.DONE
+
     def snapshot_attempt(self) -> int:
         """The attempt a restore should run: the one in flight, or the next after a wait."""
         return self.attempt + 1 if self.state is _State.WAITING_RETRY else self.attempt

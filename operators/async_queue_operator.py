@@ -28,12 +28,15 @@ __all__ = ["AsyncQueueOperator", "Pending"]
 class Pending:
     """An element not yet in the queue: it waits for room, or comes from a snapshot."""
 
-    __slots__ = ("element", "attempt", "remaining_ms")
+    __slots__ = ("element", "attempt", "remaining_ms", "group")
 
-    def __init__(self, element: Record | Watermark, attempt: int = 1, remaining_ms: int | None = None) -> None:
+    def __init__(
+        self, element: Record | Watermark, attempt: int = 1, remaining_ms: int | None = None, group: int | None = None
+    ) -> None:
         self.element = element
         self.attempt = attempt
         self.remaining_ms = remaining_ms
+        self.group = group  # a restored batch that this record joins again
 
 
 class AsyncQueueOperator(StreamOperator):
