@@ -1,9 +1,10 @@
 """Batched async calls: Flink's ``AsyncBatchWaitOperator``, with every per-record guarantee.
 
 Records are buffered until ``batch_size`` of them are there, or ``batch_timeout_ms`` after the
-first one (a processing-time timer); then one call of the batch function serves them all. At
-most ``capacity`` batches are in flight; a full operator blocks its input (``is_blocked()``)
-like the per-record one.
+first one (a processing-time timer); then one call of the batch function serves them all. A
+watermark and the end of input flush a partial buffer too; without ``batch_timeout_ms``, that is
+all that does. At most ``capacity`` batches are in flight; a full operator blocks its input
+(``is_blocked()``) like the per-record one.
 
 Each record still has its own entry in the ordered or unordered queue, so:
 

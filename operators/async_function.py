@@ -167,6 +167,8 @@ class AwaitedAsyncFunction(AsyncFunction):
     whose return value completes the request, and ``async def async_invoke(self, value,
     result_future)``, which completes the future itself (an exception it raises fails the
     request). The coroutine runs on the context's coroutine runner; a timeout cancels it.
+    ``timeout`` may be an ``async def`` of either shape too, or PyFlink's plain
+    ``def timeout(self, value) -> list``.
     """
 
     def __init__(self, inner: AsyncFunction) -> None:
@@ -175,7 +177,7 @@ class AwaitedAsyncFunction(AsyncFunction):
         self._inner: Any = inner
         self._invoke_takes_future = _takes_future(inner.async_invoke, "async_invoke")
         self._timeout_is_async = inspect.iscoroutinefunction(inner.timeout)
-        self._timeout_takes_future = _takes_future(inner.timeout, "timeout") if self._timeout_is_async else True
+        self._timeout_takes_future = _takes_future(inner.timeout, "timeout")
         self._runner: Any = None
 
     def open(self, context: Any) -> None:
@@ -197,7 +199,11 @@ class AwaitedAsyncFunction(AsyncFunction):
 
     def timeout(self, value: Any, result_future: ResultFuture) -> None:
         if not self._timeout_is_async:
-            self.inner.timeout(value, result_future)
+            if self._timeout_takes_future:
+                self.inner.timeout(value, result_future)
+            else:
+                # PyFlink's ``def timeout(self, value) -> list``: it returns the fallback, or raises.
+                result_future.complete(self._inner.timeout(value))
         elif self._timeout_takes_future:
             self._await(self._inner.timeout(value, result_future), result_future, completes=False)
         else:

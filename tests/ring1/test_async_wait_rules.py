@@ -137,6 +137,30 @@ def test_a_timeout_cancels_the_coroutine_of_an_async_def_async_invoke():
     assert cancelled == ["x"] and h.side_outputs[DEAD_LETTER][0].error_type == "AsyncTimeoutError"
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_pyflinks_plain_timeout_returning_a_list_is_the_fallback(fails):
+    class PyFlinkTimeout(AsyncFunction):
+        async def async_invoke(self, value):
+            await asyncio.Event().wait()  # never answers
+            return []
+
+        def timeout(self, value):
+            if fails:
+                raise TimeoutError(f"gave up on {value}")
+            return [f"{value}-fallback"]
+
+    h = OperatorHarness(async_wait(PyFlinkTimeout(), capacity=2, timeout_ms=50, on_error="dead_letter"))
+    h.process_element("x", timestamp_ms=1)
+    h.run_until_idle()
+    h.set_processing_time(50)
+    h.run_until_idle()
+    if fails:
+        [letter] = h.side_outputs[DEAD_LETTER]
+        assert letter.error_type == "TimeoutError" and "gave up on x" in letter.error
+    else:
+        assert h.output == [Record("x-fallback", 1)]
+
+
 def test_an_async_generator_is_rejected_when_the_operator_is_built():
     class Streaming(AsyncFunction):
         async def async_invoke(self, value):
