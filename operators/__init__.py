@@ -31,7 +31,8 @@ from .errors import (
     SchemaError,
     UserFunctionError,
 )
-from .harness import AsyncioCoroutineRunner, OperatorHarness
+from .coroutine_runner import AsyncioCoroutineRunner
+from .harness import OperatorHarness
 from .mailbox import MAX_PRIORITY, MIN_PRIORITY, Mail, MailboxState, TaskMailbox
 from .mailbox_processor import DefaultActionController, MailboxExecutor, MailboxProcessor, Suspension
 from .operator import (

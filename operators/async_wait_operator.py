@@ -36,7 +36,7 @@ futures from any thread.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from .async_attempt import DEAD_LETTER, AttemptHandler, DeadLetter, copy_input
 from .async_function import AsyncFunction, ResultFuture, as_async_function

@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import pickle
 from collections import defaultdict, deque
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from .clock import ManualClock
+from .coroutine_runner import AsyncioCoroutineRunner
 from .elements import Record, StreamElement, Watermark, WatermarkStatus
 from .errors import ActorflowError, ConfigurationError
 from .mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
@@ -28,33 +29,6 @@ from .timers import ManualProcessingTimeService
 __all__ = ["AsyncioCoroutineRunner", "OperatorHarness"]
 
 _END_OF_INPUT = object()
-
-
-class AsyncioCoroutineRunner:
-    """Runs coroutines as tasks on one asyncio loop (the actor's, or the harness's own)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-
-    def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]:
-        # Reporting from inside the task saves the loop round of a done-callback per request.
-        task = self._loop.create_task(_report(coro, on_done))
-
-        def cancel() -> None:
-            task.cancel()
-
-        return cancel
-
-
-async def _report(coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> None:
-    try:
-        result = await coro
-    except asyncio.CancelledError:
-        raise  # its attempt was abandoned: nobody listens
-    except Exception as error:
-        on_done(None, error)
-    else:
-        on_done(result, None)
 
 
 class _CollectingOutput:
