@@ -175,6 +175,7 @@ class AwaitedAsyncFunction(AsyncFunction):
         self.inner = inner
         # Typed loosely: the coroutine methods' signatures are not the base class's.
         self._inner: Any = inner
+        self._invoke_is_async = inspect.iscoroutinefunction(inner.async_invoke)
         self._invoke_takes_future = _takes_future(inner.async_invoke, "async_invoke")
         self._timeout_is_async = inspect.iscoroutinefunction(inner.timeout)
         self._timeout_takes_future = _takes_future(inner.timeout, "timeout")
@@ -191,6 +192,9 @@ class AwaitedAsyncFunction(AsyncFunction):
         self.inner.open(context)
 
     def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
+        if not self._invoke_is_async:
+            self.inner.async_invoke(value, result_future)
+            return
         if self._invoke_takes_future:
             coro = self._inner.async_invoke(value, result_future)
         else:

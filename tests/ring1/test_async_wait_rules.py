@@ -161,6 +161,24 @@ def test_pyflinks_plain_timeout_returning_a_list_is_the_fallback(fails):
         assert h.output == [Record("x-fallback", 1)]
 
 
+def test_a_plain_async_invoke_beside_an_async_def_timeout_is_called_directly():
+    class AsyncFallback(AsyncFunction):
+        def async_invoke(self, value, result_future):
+            self.future = result_future
+
+        async def timeout(self, value):
+            await asyncio.sleep(0)
+            return [f"{value}-fallback"]
+
+    fn = AsyncFallback()
+    h = OperatorHarness(async_wait(fn, capacity=2, timeout_ms=50))
+    h.process_element("x", timestamp_ms=1)
+    h.set_processing_time(50)
+    h.run_until_idle()
+    assert h.output == [Record("x-fallback", 1)]
+    assert not asyncio.all_tasks(h.loop)  # no task was made for the plain async_invoke
+
+
 def test_an_async_generator_is_rejected_when_the_operator_is_built():
     class Streaming(AsyncFunction):
         async def async_invoke(self, value):
