@@ -30,7 +30,7 @@ import pyarrow as pa
 from operators.clock import SystemClock
 from operators.errors import ActorflowError, portable
 from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark, WatermarkStatus
-from operators.harness import AsyncioCoroutineRunner
+from operators.coroutine_runner import AsyncioCoroutineRunner
 from operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
 from operators.operator import OperatorChain, OperatorContext, StreamOperator
 
@@ -136,10 +136,13 @@ class OperatorActor:
         n_ops = len(self._chain.operators)
 
         def context_for(i: int, op: StreamOperator) -> OperatorContext:
+            # Each operator's mails (results, timers) carry its position in the chain: a
+            # downstream operator that yields never runs an upstream operator's mail.
+            op_executor = self.processor.executor(i)
             return OperatorContext(
                 name=self.name if n_ops == 1 else f"{self.name}#{op.name}",
-                mailbox_executor=executor,
-                processing_time=processing_time,
+                mailbox_executor=op_executor,
+                processing_time=processing_time.with_executor(op_executor),
                 clock=clock,
                 coroutine_runner=runner,
                 subtask_index=spec.index,

@@ -1,6 +1,20 @@
 """Ring 1 of actorflow: pure, deterministic operator logic (no Ray, no Spark, no wall clock)."""
 
-from .async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout, ResultFuture, as_async_function
+from .async_batch_function import (
+    AsyncBatchFunction,
+    CoroutineBatchFunction,
+    FallbackOnBatchTimeout,
+    as_async_batch_function,
+)
+from .async_batch_operator import AsyncBatchWaitOperator, async_wait_batch
+from .async_function import (
+    AsyncFunction,
+    AwaitedAsyncFunction,
+    CoroutineFunction,
+    FallbackOnTimeout,
+    ResultFuture,
+    as_async_function,
+)
 from .async_wait_operator import DEAD_LETTER, AsyncWaitOperator, DeadLetter, async_wait
 from .clock import Clock, ManualClock, SystemClock
 from .elements import CheckpointBarrier, Record, StreamElement, Watermark, WatermarkStatus
@@ -17,7 +31,8 @@ from .errors import (
     SchemaError,
     UserFunctionError,
 )
-from .harness import AsyncioCoroutineRunner, OperatorHarness
+from .coroutine_runner import AsyncioCoroutineRunner
+from .harness import OperatorHarness
 from .mailbox import MAX_PRIORITY, MIN_PRIORITY, Mail, MailboxState, TaskMailbox
 from .mailbox_processor import DefaultActionController, MailboxExecutor, MailboxProcessor, Suspension
 from .operator import (
@@ -81,7 +96,8 @@ from .windows import (
 )
 
 __all__ = [
-    "ActorflowError", "AsyncFunction", "AsyncTimeoutError", "AsyncWaitOperator", "AsyncioCoroutineRunner",
+    "ActorflowError", "AsyncBatchFunction", "AsyncBatchWaitOperator", "AsyncFunction", "AwaitedAsyncFunction",
+    "CoroutineBatchFunction", "FallbackOnBatchTimeout", "as_async_batch_function", "async_wait_batch", "AsyncTimeoutError", "AsyncWaitOperator", "AsyncioCoroutineRunner",
     "CheckpointBarrier", "Clock", "ConfigurationError", "CoroutineFunction", "DEAD_LETTER", "DeadLetter",
     "DefaultActionController", "ExponentialBackoff", "FallbackOnTimeout", "FilterOperator", "FixedDelay", "FlatMapOperator",
     "JobFailedError", "MAX_PRIORITY", "MIN_PRIORITY", "Mail", "MailboxClosedError", "MailboxExecutor",

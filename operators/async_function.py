@@ -2,7 +2,8 @@
 
 A user function starts a request in ``async_invoke(value, result_future)`` and completes the
 future later, from any thread or coroutine, with a list of results or an exception. A plain
-``async def f(value) -> list`` is accepted too (``as_async_function`` wraps it).
+``async def f(value) -> list`` is accepted too (``as_async_function`` wraps it), and so is an
+``AsyncFunction`` whose ``async_invoke`` is an ``async def`` (PyFlink's shape).
 
 >>> class Double(AsyncFunction):
 ...     def async_invoke(self, value, result_future):
@@ -16,7 +17,14 @@ from typing import Any, Callable, Sequence
 
 from .errors import AsyncTimeoutError, ConfigurationError, ResultTypeError, describe_value
 
-__all__ = ["AsyncFunction", "CoroutineFunction", "FallbackOnTimeout", "ResultFuture", "as_async_function"]
+__all__ = [
+    "AsyncFunction",
+    "AwaitedAsyncFunction",
+    "CoroutineFunction",
+    "FallbackOnTimeout",
+    "ResultFuture",
+    "as_async_function",
+]
 
 
 class ResultFuture:
@@ -136,7 +144,7 @@ class FallbackOnTimeout(AsyncFunction):
     def __init__(self, inner: AsyncFunction, fallback: Callable[[Any], Sequence[Any]]) -> None:
         if not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
-        self.inner = inner
+        self.inner = as_async_function(inner)
         self.fallback = fallback
 
     def open(self, context: Any) -> None:
@@ -152,10 +160,109 @@ class FallbackOnTimeout(AsyncFunction):
         self.inner.close()
 
 
+class AwaitedAsyncFunction(AsyncFunction):
+    """An ``AsyncFunction`` whose ``async_invoke`` (and maybe ``timeout``) is an ``async def``.
+
+    Two shapes are accepted for each: PyFlink's ``async def async_invoke(self, value) -> list``,
+    whose return value completes the request, and ``async def async_invoke(self, value,
+    result_future)``, which completes the future itself (an exception it raises fails the
+    request). The coroutine runs on the context's coroutine runner; a timeout cancels it.
+    ``timeout`` may be an ``async def`` of either shape too, or PyFlink's plain
+    ``def timeout(self, value) -> list``.
+    """
+
+    def __init__(self, inner: AsyncFunction) -> None:
+        self.inner = inner
+        # Typed loosely: the coroutine methods' signatures are not the base class's.
+        self._inner: Any = inner
+        self._invoke_is_async = inspect.iscoroutinefunction(inner.async_invoke)
+        self._invoke_takes_future = _takes_future(inner.async_invoke, "async_invoke")
+        self._timeout_is_async = inspect.iscoroutinefunction(inner.timeout)
+        self._timeout_takes_future = _takes_future(inner.timeout, "timeout")
+        self._runner: Any = None
+
+    def open(self, context: Any) -> None:
+        runner = getattr(context, "coroutine_runner", None)
+        if runner is None:
+            raise ConfigurationError(
+                f"{type(self.inner).__name__}.async_invoke is an async def and needs a coroutine runner in the "
+                "operator context, got none"
+            )
+        self._runner = runner
+        self.inner.open(context)
+
+    def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
+        if not self._invoke_is_async:
+            self.inner.async_invoke(value, result_future)
+            return
+        if self._invoke_takes_future:
+            coro = self._inner.async_invoke(value, result_future)
+        else:
+            coro = self._inner.async_invoke(value)
+        self._await(coro, result_future, completes=not self._invoke_takes_future)
+
+    def timeout(self, value: Any, result_future: ResultFuture) -> None:
+        if not self._timeout_is_async:
+            if self._timeout_takes_future:
+                self.inner.timeout(value, result_future)
+            else:
+                # PyFlink's ``def timeout(self, value) -> list``: it returns the fallback, or raises.
+                result_future.complete(self._inner.timeout(value))
+        elif self._timeout_takes_future:
+            self._await(self._inner.timeout(value, result_future), result_future, completes=False)
+        else:
+            self._await(self._inner.timeout(value), result_future, completes=True)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def _await(self, coro: Any, result_future: ResultFuture, *, completes: bool) -> None:
+        def on_done(result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                result_future.complete_exceptionally(error)
+            elif completes:
+                result_future.complete(result)
+
+        result_future.add_cancel_hook(self._runner.submit(coro, on_done))
+
+
+def _takes_future(method: Callable[..., Any], what: str) -> bool:
+    """True for ``(value, result_future)``, False for ``(value)``, from the bound method's signature."""
+    try:
+        params = [
+            p for p in inspect.signature(method).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return True
+    if len(params) not in (1, 2):
+        raise ConfigurationError(
+            f"async def {what} must take (value) or (value, result_future), got {len(params)} parameters"
+        )
+    return len(params) == 2
+
+
+def _reject_async_generator(fn: Any, what: str) -> None:
+    if inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None)):
+        raise ConfigurationError(
+            f"{what} is an async generator (async def with yield); expected an async def that returns a list "
+            "of results, got an async generator"
+        )
+
+
 def as_async_function(fn: AsyncFunction | Callable[[Any], Any]) -> AsyncFunction:
-    """Accept an ``AsyncFunction`` as is, and wrap an ``async def`` in a ``CoroutineFunction``."""
+    """Accept an ``AsyncFunction`` as is, and wrap an ``async def`` in a ``CoroutineFunction``.
+
+    An ``AsyncFunction`` whose ``async_invoke`` is an ``async def`` is wrapped so that its
+    coroutine is awaited. Async generators are rejected: a record has one outcome, not a stream.
+    """
     if isinstance(fn, AsyncFunction):
+        _reject_async_generator(fn.async_invoke, f"{type(fn).__name__}.async_invoke")
+        _reject_async_generator(fn.timeout, f"{type(fn).__name__}.timeout")
+        if inspect.iscoroutinefunction(fn.async_invoke) or inspect.iscoroutinefunction(fn.timeout):
+            return AwaitedAsyncFunction(fn)
         return fn
     if callable(fn):
+        _reject_async_generator(fn, describe_value(fn))
         return CoroutineFunction(fn)
     raise ConfigurationError(f"expected an AsyncFunction or an async def function, got {type(fn).__name__}")

@@ -5,7 +5,8 @@ happens in a mail, on the mailbox thread, one mail at a time; other threads (and
 only put mails.
 
 Threading model
-    * ``put``, ``put_first``, ``has_mail``, ``size`` and ``state`` may be called from any thread.
+    * ``put``, ``put_first``, ``run_exclusively``, ``has_mail``, ``size`` and ``state`` may be
+      called from any thread.
     * ``take``, ``try_take``, ``create_batch``, ``try_take_from_batch``, ``quiesce``, ``close`` and
       ``drain`` are for the mailbox thread only, and raise ``MailboxThreadError`` elsewhere.
     * The mailbox thread is the thread that built the mailbox, until ``bind_to_current_thread``
@@ -21,8 +22,9 @@ from __future__ import annotations
 import enum
 import threading
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from .errors import MailboxClosedError, MailboxStateError, MailboxThreadError
 
@@ -33,13 +35,19 @@ MIN_PRIORITY = -1
 #: Control mails (suspend, all-actions-completed) use the top priority.
 MAX_PRIORITY = 2**31 - 1
 
+_T = TypeVar("_T")
+
 
 @dataclass(eq=False)
 class Mail:
     """An action to run on the mailbox thread.
 
-    A *deferrable* mail may wait until the main loop takes it: ``yield_()`` skips it, so an
-    operator that yields while its queue is full is not held up by, say, a periodic flush.
+    A *deferrable* mail may wait until the main loop takes it: whatever its priority, ``take``
+    and ``try_take`` treat it as ``MIN_PRIORITY``, so ``yield_()`` skips it and an operator that
+    yields while its queue is full is not held up by, say, a periodic flush.
+
+    ``future`` is set for a mail from ``MailboxExecutor.submit``; a mail dropped by ``close()``
+    cancels it.
     """
 
     action: Callable[..., Any]
@@ -47,9 +55,19 @@ class Mail:
     description: str = ""
     args: tuple[Any, ...] = ()
     deferrable: bool = False
+    future: Future[Any] | None = None
+
+    @property
+    def effective_priority(self) -> int:
+        """The priority ``take`` compares: a deferrable mail ranks below every other."""
+        return MIN_PRIORITY if self.deferrable else self.priority
 
     def run(self) -> None:
         self.action(*self.args)
+
+    def try_cancel(self) -> bool:
+        """Cancel the future of a mail that will never run; True if there was one to cancel."""
+        return self.future is not None and self.future.cancel()
 
     def __str__(self) -> str:
         return self.description or getattr(self.action, "__qualname__", repr(self.action))
@@ -72,7 +90,8 @@ class TaskMailbox:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant, so that a put inside run_exclusively() does not deadlock.
+        self._lock = threading.RLock()
         self._not_empty = threading.Condition(self._lock)
         self._queue: deque[Mail] = deque()
         # The batch is touched by the mailbox thread only, so it needs no lock.
@@ -107,6 +126,26 @@ class TaskMailbox:
                 self._queue.appendleft(mail)
                 self._not_empty.notify_all()
         self._notify_listeners()
+
+    def put_first_if_open(self, mail: Mail) -> bool:
+        """``put_first`` if the mailbox is OPEN, else drop the mail; True if it was put.
+
+        The state check and the put are one atomic step, so a mail sent while another thread
+        quiesces or closes the mailbox is either in it or dropped, never an error.
+        """
+        with self._lock:
+            if self._state is not MailboxState.OPEN:
+                return False
+            self.put_first(mail)
+            return True
+
+    def run_exclusively(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn()`` while no other thread can put, take or change the state.
+
+        Re-entrant: ``fn`` may put mails, or call ``run_exclusively`` again.
+        """
+        with self._lock:
+            return fn()
 
     def has_mail(self) -> bool:
         return bool(self._batch) or bool(self._queue)
@@ -143,7 +182,11 @@ class TaskMailbox:
         self._thread_id = threading.get_ident()
 
     def try_take(self, priority: int = MIN_PRIORITY, *, include_deferrable: bool = True) -> Mail | None:
-        """The first mail of at least ``priority``, or ``None`` at once."""
+        """The first mail of at least ``priority``, or ``None`` at once.
+
+        A deferrable mail counts as ``MIN_PRIORITY``; ``include_deferrable=False`` skips it even
+        then.
+        """
         self._check_mailbox_thread("try_take")
         self._check_take_state()
         mail = self._take_or_none(self._batch, priority, include_deferrable)
@@ -209,7 +252,7 @@ class TaskMailbox:
         return mails
 
     def close(self) -> list[Mail]:
-        """Close the mailbox and return the mails that will never run."""
+        """Close the mailbox and return the mails that will never run; their futures are cancelled."""
         self._check_mailbox_thread("close")
         with self._lock:
             mails = [*self._batch, *self._queue]
@@ -217,6 +260,8 @@ class TaskMailbox:
             self._queue.clear()
             self._state = MailboxState.CLOSED
             self._not_empty.notify_all()
+        for mail in mails:
+            mail.try_cancel()
         self._notify_listeners()
         return mails
 
@@ -225,7 +270,7 @@ class TaskMailbox:
     @staticmethod
     def _take_or_none(queue: deque[Mail], priority: int, include_deferrable: bool) -> Mail | None:
         for i, mail in enumerate(queue):
-            if mail.priority >= priority and (include_deferrable or not mail.deferrable):
+            if mail.effective_priority >= priority and (include_deferrable or not mail.deferrable):
                 del queue[i]
                 return mail
         return None

@@ -5,21 +5,32 @@ operator: process the next input). ``MailboxExecutor`` is the handle other code 
 and to yield.
 
 Threading model
-    * ``run_mailbox_loop``, ``run_mailbox_loop_async``, ``step``, ``run_until_idle``, ``close``
-      and ``quiesce`` run on the mailbox thread.
-    * ``suspend``, ``all_actions_completed``, ``report_throwable``, a suspension's ``resume`` and
-      ``MailboxExecutor.execute`` may be called from any thread: they travel as (urgent) mails.
+    * ``run_mailbox_loop``, ``run_mailbox_loop_async``, ``step``, ``run_until_idle``, ``drain``,
+      ``close`` and ``quiesce`` run on the mailbox thread; they check the thread before they
+      change anything.
+    * ``suspend``, ``all_actions_completed``, ``report_throwable``, a suspension's ``resume``,
+      ``MailboxExecutor.execute`` and ``MailboxExecutor.submit`` may be called from any thread:
+      they travel as (urgent) mails.
     * ``MailboxExecutor.yield_`` and ``try_yield`` run on the mailbox thread, inside a mail or
       the default action.
 
 Lifecycle
     The loop runs until ``all_actions_completed()`` or ``suspend()``; a suspended loop can run
-    again. ``close()`` closes the mailbox and returns the mails that never ran.
+    again. ``drain()`` runs the mails left at the end. ``close()`` closes the mailbox and returns
+    the mails that never ran. A ``suspend()`` or ``all_actions_completed()`` sent once the
+    mailbox no longer takes mails is dropped (the loop is over anyway), and so is a ``resume()``.
+
+Executors and chains
+    Each operator of a chain gets ``executor(i)``, ``i`` its position: a yield of operator ``i``
+    runs only mails of operators ``i`` and after, so a downstream operator never runs an upstream
+    one's mail in the middle of its own processing, while an upstream one may let the downstream
+    ones make room.
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Future
 from typing import Any, Callable
 
 from .errors import ActorflowError, MailboxThreadError
@@ -48,8 +59,39 @@ class MailboxExecutor:
     def execute(
         self, action: Callable[..., Any], description: str = "", *args: Any, deferrable: bool = False
     ) -> None:
-        """Run ``action(*args)`` later, on the mailbox thread. Callable from any thread."""
+        """Run ``action(*args)`` later, on the mailbox thread. Callable from any thread.
+
+        An exception the action raises fails the mailbox loop.
+        """
         self._mailbox.put(Mail(action, self.priority, description, args, deferrable))
+
+    def submit(
+        self, action: Callable[..., Any], description: str = "", *args: Any, deferrable: bool = False
+    ) -> "Future[Any]":
+        """Like ``execute``, but the returned future carries the result or the exception.
+
+        The exception does not fail the loop: whoever holds the future decides. The future of a
+        mail that ``close()`` drops is cancelled.
+
+        >>> mb = TaskMailbox(); ex = MailboxExecutor(mb)
+        >>> f = ex.submit(lambda a, b: a + b, "add", 1, 2)
+        >>> ex.try_yield(), f.result(timeout=0)
+        (True, 3)
+        """
+        future: Future[Any] = Future()
+
+        def run(*call_args: Any) -> None:
+            if not future.set_running_or_notify_cancel():
+                return  # cancelled while it waited
+            try:
+                result = action(*call_args)
+            except BaseException as error:  # handed to the future's holder, not the loop
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        self._mailbox.put(Mail(run, self.priority, description or _describe(action), args, deferrable, future))
+        return future
 
     def yield_(self) -> None:
         """Run the next eligible mail, waiting for one to arrive. Mailbox thread only."""
@@ -69,6 +111,10 @@ class MailboxExecutor:
         return self._mailbox.is_mailbox_thread()
 
 
+def _describe(action: Callable[..., Any]) -> str:
+    return str(getattr(action, "__qualname__", repr(action)))
+
+
 class Suspension:
     """A suspended default action; ``resume()`` (from any thread) makes it run again."""
 
@@ -76,11 +122,12 @@ class Suspension:
         self._processor = processor
 
     def resume(self) -> None:
+        """Resume; a resume after the mailbox stopped taking mails is ignored."""
         processor = self._processor
         if processor.mailbox.is_mailbox_thread():
             processor._resume(self)
         else:
-            processor._send_control_mail(lambda: processor._resume(self), "resume default action")
+            processor._send_poison_mail(lambda: processor._resume(self), "resume default action")
 
 
 class DefaultActionController:
@@ -132,11 +179,17 @@ class MailboxProcessor:
     # ---------------------------------------------------------------- any thread
 
     def suspend(self) -> None:
-        """Leave the loop after the current mail (the loop may run again later)."""
-        self._send_control_mail(self._stop_loop, "suspend mailbox loop")
+        """Leave the loop after the current mail (the loop may run again later).
+
+        Dropped quietly when the mailbox no longer takes mails.
+        """
+        self._send_poison_mail(self._stop_loop, "suspend mailbox loop")
 
     def all_actions_completed(self) -> None:
-        """The default action has nothing more to do: end the loop for good."""
+        """The default action has nothing more to do: end the loop for good.
+
+        From another thread, dropped quietly when the mailbox no longer takes mails.
+        """
         def complete() -> None:
             self._completed = True
             self._loop_running = False
@@ -144,7 +197,7 @@ class MailboxProcessor:
         if self.mailbox.is_mailbox_thread():
             complete()
         else:
-            self._send_control_mail(complete, "all actions completed")
+            self._send_poison_mail(complete, "all actions completed")
 
     def report_throwable(self, error: BaseException) -> None:
         """Rethrow ``error`` on the mailbox thread (for failures seen on other threads)."""
@@ -248,10 +301,20 @@ class MailboxProcessor:
         )
 
     def quiesce(self) -> None:
+        self._check_thread("quiesce")
         self.mailbox.quiesce()
 
+    def drain(self) -> list[Mail]:
+        """Run the mails that are left, in order (at the end, after the loop); returns them."""
+        self._check_thread("drain")
+        mails = self.mailbox.drain()
+        for mail in mails:
+            mail.run()
+        return mails
+
     def close(self) -> list[Mail]:
-        """Close the mailbox; returns the mails that never ran."""
+        """Close the mailbox; returns the mails that never ran (their futures are cancelled)."""
+        self._check_thread("close")
         self._loop_running = False
         return self.mailbox.close()
 
@@ -289,6 +352,11 @@ class MailboxProcessor:
 
     def _send_control_mail(self, action: Callable[[], None], description: str) -> None:
         self.mailbox.put_first(Mail(action, MAX_PRIORITY, description))
+
+    def _send_poison_mail(self, action: Callable[[], None], description: str) -> None:
+        # Checked and put in one step: a quiesce or close on the mailbox thread cannot slip in
+        # between and turn the put into a MailboxClosedError on the sending thread.
+        self.mailbox.put_first_if_open(Mail(action, MAX_PRIORITY, description))
 
     def _check_thread(self, what: str) -> None:
         if not self.mailbox.is_mailbox_thread():

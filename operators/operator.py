@@ -219,6 +219,12 @@ class OperatorChain:
         return self.operators[0]
 
     def setup(self, context_for: Callable[[int, StreamOperator], OperatorContext], output: Output) -> None:
+        """Set every operator up, ``context_for(i, op)`` giving operator ``i`` its context.
+
+        The host gives operator ``i`` the mailbox executor ``processor.executor(i)`` (and a
+        processing-time service firing through it): a yield of a downstream operator must never
+        run a mail of an upstream one, which may be in the middle of its own ``process_element``.
+        """
         downstream: Output = output
         for i in range(len(self.operators) - 1, -1, -1):
             op = self.operators[i]

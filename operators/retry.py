@@ -71,6 +71,14 @@ class RetryStrategy:
     ) -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be an int >= 1 (the first attempt counts), got {max_attempts!r}")
+        if retry_on_result is None and retry_on_exception is None and not isinstance(self, NoRetry):
+            raise ConfigurationError(
+                f"{type(self).__name__} needs retry_on_result or retry_on_exception, got neither "
+                "(it would never retry; use NoRetry() for that)"
+            )
+        for what, predicate in (("retry_on_result", retry_on_result), ("retry_on_exception", retry_on_exception)):
+            if predicate is not None and not callable(predicate):
+                raise ConfigurationError(f"{what} must be callable or None, got {type(predicate).__name__}")
         self.max_attempts = max_attempts
         self.retry_on_result = retry_on_result
         self.retry_on_exception = retry_on_exception
@@ -86,6 +94,17 @@ class RetryStrategy:
     def delay_ms(self, attempts_made: int) -> int:
         """The wait before attempt ``attempts_made + 1``."""
         raise NotImplementedError
+
+    def _predicates_repr(self) -> str:
+        return (
+            f"retry_on_result={_name(self.retry_on_result)}, retry_on_exception={_name(self.retry_on_exception)}"
+        )
+
+
+def _name(predicate: Callable[..., Any] | None) -> str:
+    if predicate is None:
+        return "None"
+    return str(getattr(predicate, "__name__", None) or repr(predicate))
 
 
 class NoRetry(RetryStrategy):
@@ -121,7 +140,7 @@ class FixedDelay(RetryStrategy):
         return self._delay_ms
 
     def __repr__(self) -> str:
-        return f"FixedDelay(max_attempts={self.max_attempts}, delay_ms={self._delay_ms})"
+        return f"FixedDelay(max_attempts={self.max_attempts}, delay_ms={self._delay_ms}, {self._predicates_repr()})"
 
 
 class ExponentialBackoff(RetryStrategy):
@@ -159,5 +178,5 @@ class ExponentialBackoff(RetryStrategy):
     def __repr__(self) -> str:
         return (
             f"ExponentialBackoff(max_attempts={self.max_attempts}, initial_delay_ms={self.initial_delay_ms}, "
-            f"multiplier={self.multiplier}, max_delay_ms={self.max_delay_ms})"
+            f"multiplier={self.multiplier}, max_delay_ms={self.max_delay_ms}, {self._predicates_repr()})"
         )

@@ -28,7 +28,7 @@ class RecordEntry(QueueEntry):
 
     __slots__ = ("record", "handler", "kind", "payload", "started_ms")
 
-    def __init__(self, record: Record, started_ms: int = 0) -> None:
+    def __init__(self, record: Record, started_ms: int | None = None) -> None:
         super().__init__()
         self.record = record
         self.started_ms = started_ms  # when its first attempt here started (processing time)

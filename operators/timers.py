@@ -82,7 +82,7 @@ class TimerQueue:
     def __init__(self, clock: Clock, executor: MailboxExecutor) -> None:
         self._clock = clock
         self._executor = executor
-        self._heap: list[tuple[int, int, _QueuedTimerHandle, Callable[[int], None]]] = []
+        self._heap: list[tuple[int, int, _QueuedTimerHandle, Callable[[int], None], MailboxExecutor]] = []
         self._seq = itertools.count()
         self._cancelled = 0
 
@@ -90,8 +90,23 @@ class TimerQueue:
         return self._clock.now_ms()
 
     def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
+        return self._register(timestamp_ms, callback, self._executor)
+
+    def with_executor(self, executor: MailboxExecutor) -> ProcessingTimeService:
+        """A view of this queue whose timers fire as mails of ``executor`` (its priority).
+
+        Each operator of a chain registers through its own view, so its timers carry its
+        position in the chain, while one heap (and one alarm) serves the whole chain.
+        """
+        if executor is self._executor:
+            return self
+        return _ExecutorView(self, executor)
+
+    def _register(
+        self, timestamp_ms: int, callback: Callable[[int], None], executor: MailboxExecutor
+    ) -> TimerHandle:
         handle = _QueuedTimerHandle(timestamp_ms, self)
-        heapq.heappush(self._heap, (timestamp_ms, next(self._seq), handle, callback))
+        heapq.heappush(self._heap, (timestamp_ms, next(self._seq), handle, callback, executor))
         self._registered(timestamp_ms)
         return handle
 
@@ -110,12 +125,12 @@ class TimerQueue:
         now = self._clock.now_ms()
         heap = self._heap
         while heap and heap[0][0] <= now:
-            ts, _, handle, callback = heapq.heappop(heap)
+            ts, _, handle, callback, executor = heapq.heappop(heap)
             handle.in_heap = False
             if handle.cancelled:
                 self._cancelled -= 1
             else:
-                self._executor.execute(_run_timer, f"processing timer @{ts}", handle, callback)
+                executor.execute(_run_timer, f"processing timer @{ts}", handle, callback)
 
     def _registered(self, timestamp_ms: int) -> None:
         """Called after each registration; arrange for ``fire_due`` to run in time."""
@@ -132,6 +147,22 @@ class TimerQueue:
             heapq.heapify(live)
             self._heap = live
             self._cancelled = 0
+
+
+class _ExecutorView:
+    """``TimerQueue.with_executor``: the same heap, another executor for the firing mails."""
+
+    __slots__ = ("_queue", "_executor")
+
+    def __init__(self, queue: TimerQueue, executor: MailboxExecutor) -> None:
+        self._queue = queue
+        self._executor = executor
+
+    def now_ms(self) -> int:
+        return self._queue.now_ms()
+
+    def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
+        return self._queue._register(timestamp_ms, callback, self._executor)
 
 
 class ManualProcessingTimeService(TimerQueue):

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import pickle
+import threading
+from typing import Any
+
 import pytest
 
 from operators import (
+    DEAD_LETTER,
+    AsyncFunction,
     ConfigurationError,
+    FixedDelay,
     MapOperator,
     OperatorHarness,
     Record,
+    RecordError,
+    ResultFuture,
     Watermark,
     async_wait,
 )
@@ -149,14 +158,62 @@ def test_an_empty_result_emits_nothing_but_frees_the_slot():
     assert h.output == [Record("b", 2)]
 
 
-def test_inputs_are_copied_on_entry():
-    fn = Scripted()
+class Mutating(AsyncFunction):
+    """Changes its argument, as a careless enrichment function does (``row["x"] = ...``)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+        self.futures: list[ResultFuture] = []
+
+    def async_invoke(self, value, result_future):
+        self.seen.append(value if isinstance(value, str) else dict(value))
+        if isinstance(value, dict):
+            value["user"] += 1000
+        self.futures.append(result_future)
+
+
+def test_each_attempt_gets_its_own_copy_of_the_input():
+    fn = Mutating()
+    h = OperatorHarness(async_wait(fn, capacity=2, retry=FixedDelay(3, 10)))
+    h.process_element({"user": 1}, timestamp_ms=1)
+    # The first attempt changed its argument; neither the snapshot nor the retry sees it.
+    assert pickle.loads(h.snapshot())[0][0][1] == {"user": 1}
+    fn.futures[0].complete_exceptionally(ConnectionError("503"))
+    h.set_processing_time(10)
+    fn.futures[1].complete_exceptionally(ConnectionError("503"))
+    h.set_processing_time(20)
+    assert fn.seen == [{"user": 1}] * 3
+    fn.futures[2].complete(["ok"])
+    h.run_until_idle()
+    assert h.output == [Record("ok", 1)]
+
+
+def test_an_immutable_input_is_not_copied():
+    fn = Mutating()
+    value = "".join(["a", "b"])  # a str built at run time, not an interned constant
     h = OperatorHarness(async_wait(fn, capacity=2))
-    row = {"user": 1}
-    h.process_element(row, timestamp_ms=1)
-    row["user"] = 999  # the caller reuses its object
-    snap = __import__("pickle").loads(h.snapshot())
-    assert snap[0][0][1] == {"user": 1}
+    h.process_element(value, timestamp_ms=1)
+    assert fn.seen[0] is value
+
+
+@pytest.mark.parametrize("on_error", ["fail", "dead_letter"])
+def test_an_input_that_cannot_be_copied_is_a_record_error_naming_operator_and_record(on_error):
+    fn = Mutating()
+    h = OperatorHarness(
+        async_wait(fn, capacity=2, on_error=on_error, retry=FixedDelay(3, 10)), name="job/enrich[0/1]"
+    )
+    if on_error == "fail":
+        with pytest.raises(RecordError) as info:
+            h.process_element(threading.Lock(), timestamp_ms=7)
+        message = str(info.value)
+    else:
+        h.process_element(threading.Lock(), timestamp_ms=7)
+        [letter] = h.side_outputs[DEAD_LETTER]
+        assert letter.attempts == 1  # not retried: every attempt would fail the same way
+        message = letter.error
+    assert "job/enrich[0/1]" in message and "lock" in message and "timestamp_ms=7" in message
+    assert "cannot be copied" in message
+    assert fn.seen == []  # the user's function never saw it
 
 
 def test_chain_map_then_async_then_map():

@@ -209,17 +209,42 @@ def test_exception_predicate_retries_only_matching_errors():
     assert letter.error_type == "Permanent" and "no such user" in letter.error and letter.attempts == 2
 
 
-def test_end_of_input_fires_delayed_retries_at_once_and_their_outcome_is_final():
+def test_end_of_input_cuts_no_retry_short_every_attempt_keeps_its_backoff():
     fn = Scripted()
-    h = OperatorHarness(async_wait(fn, capacity=2, retry=FixedDelay(5, 1_000), on_error="dead_letter"))
+    strategy = ExponentialBackoff(max_attempts=4, initial_delay_ms=100, multiplier=2.0)
+    h = OperatorHarness(async_wait(fn, capacity=2, retry=strategy, on_error="dead_letter"))
+    h.process_element("a", timestamp_ms=1)
+    fn.fail("a", Transient())  # retry due at 100
+    h.end_input()
+    assert fn.calls == [("a", 1)] and not h.is_finished  # the end of input did not fire it early
+    started_at = {}
+    for now in range(0, 1_001, 10):
+        h.set_processing_time(now)
+        for _, attempt in fn.calls:
+            if attempt not in started_at:
+                started_at[attempt] = now
+                if attempt < 4:
+                    fn.fail("a", Transient())
+    # Delays of 100, 200 and 400 ms between the attempts, as configured.
+    assert started_at == {1: 0, 2: 100, 3: 300, 4: 700}
+    assert fn.calls == [("a", 1), ("a", 2), ("a", 3), ("a", 4)]
+    fn.fail("a", Transient())  # the fourth and last attempt
+    h.run_until_idle()
+    [letter] = h.side_outputs[DEAD_LETTER]
+    assert (letter.value, letter.attempts) == ("a", 4)
+    assert h.is_finished
+
+
+def test_end_of_input_lets_a_late_retry_succeed():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, capacity=2, retry=FixedDelay(3, 1_000)))
     h.process_element("a", timestamp_ms=1)
     fn.fail("a", Transient())
     h.end_input()
-    assert fn.calls == [("a", 1), ("a", 2)]  # no wait for the 1 s delay
-    fn.fail("a", Transient())  # would be retried, but input has ended
+    h.set_processing_time(1_000)
+    fn.complete("a")  # the second attempt succeeds: the record is not lost to the end of input
     h.run_until_idle()
-    assert [d.value for d in h.side_outputs[DEAD_LETTER]] == ["a"]
-    assert h.is_finished
+    assert h.output == [Record("a", 1)] and h.is_finished
 
 
 # ------------------------------------------------------------- failures, dead letters

@@ -1,0 +1,259 @@
+"""One unit of async work driven to exactly one outcome: attempts, retries, one deadline.
+
+A *unit* is a record (``AsyncWaitOperator``) or a batch of records (``AsyncBatchWaitOperator``).
+``AttemptHandler`` holds what both share: each attempt has its own ``ResultFuture``; a failed or
+unwanted attempt is retried after the strategy's delay; one deadline spans every attempt, and
+when it passes the user's ``timeout`` decides. Whatever the interleaving of a completion, a retry
+timer and the deadline, the unit ends exactly once, in ``on_outcome``.
+
+The rule at the deadline is Flink's ``timerTriggered``: an attempt whose future the user already
+completed is not timed out, even though its result (which re-enters as a mail) has not been seen
+yet. The result decides then, unless it asks for a retry: the deadline has passed, so the unit
+times out instead.
+
+Threading model: every method runs on the mailbox thread; only ``ResultFuture`` completions
+come from other threads, and they arrive here as mails.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence
+
+from .async_function import ResultFuture
+from .errors import RecordError, describe_value
+from .operator import OperatorContext, OperatorMetrics
+from .retry import RetryStrategy
+from .timers import TimerHandle
+
+__all__ = ["DEAD_LETTER", "AttemptHandler", "DeadLetter", "copy_input"]
+
+#: The side output that receives dead letters.
+DEAD_LETTER = "dead_letter"
+
+# Values of these exact types cannot be changed in place, so an attempt may share them.
+_IMMUTABLE_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), frozenset, range})
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record that failed for good, with why and after how many attempts."""
+
+    value: Any
+    timestamp_ms: int | None
+    attempts: int
+    error_type: str
+    error: str
+    operator: str
+
+
+def copy_input(value: Any, timestamp_ms: int | None) -> Any:
+    """A private copy of ``value`` for one attempt (the value itself when it is immutable).
+
+    The operator keeps the original for retries and snapshots; a user function that changes its
+    argument must change neither. Raises ``RecordError`` when the value cannot be copied.
+    """
+    if type(value) in _IMMUTABLE_TYPES:
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception as error:
+        raise RecordError(
+            f"input {describe_value(value)} (timestamp_ms={timestamp_ms}) cannot be copied for an attempt: "
+            f"{type(error).__name__}: {error}; expected a value that copy.deepcopy() accepts, "
+            "or copy_inputs=False and a function that does not change its argument",
+            value=value,
+            timestamp_ms=timestamp_ms,
+        ) from error
+
+
+class _Operator(Protocol):
+    """What an ``AttemptHandler`` needs from its operator."""
+
+    context: OperatorContext
+    metrics: OperatorMetrics
+    retry: RetryStrategy
+
+    @property
+    def has_failed(self) -> bool: ...
+
+
+class _State(enum.Enum):
+    RUNNING = 1  # an attempt is in flight
+    WAITING_RETRY = 2  # waiting for the retry timer
+    TIMING_OUT = 3  # the deadline passed; waiting for the user's timeout() to complete
+    DONE = 4
+
+
+class AttemptHandler:
+    """Drives one unit through attempts, retries and its deadline, to exactly one outcome.
+
+    Subclasses say how to prepare the inputs of an attempt, start it, check its results, call
+    the user's timeout, and what to do with the outcome (``kind`` is ``result``, ``fallback`` or
+    ``failure``).
+    """
+
+    __slots__ = ("op", "attempt", "deadline_ms", "state", "future", "timeout_timer", "retry_timer", "deadline_passed")
+
+    def __init__(self, op: _Operator, attempt: int, deadline_ms: int | None) -> None:
+        self.op = op
+        self.attempt = attempt
+        self.deadline_ms = deadline_ms
+        self.state = _State.RUNNING
+        self.future: ResultFuture | None = None
+        self.timeout_timer: TimerHandle | None = None
+        self.retry_timer: TimerHandle | None = None
+        # The deadline fired while a completed attempt's result was still on its way.
+        self.deadline_passed = False
+
+    # ----------------------------------------------------------------- subclass hooks
+
+    def prepare_inputs(self) -> Any:
+        """The inputs of the next attempt (private copies); may raise ``RecordError``."""
+        raise NotImplementedError
+
+    def call_function(self, inputs: Any, future: ResultFuture) -> None:
+        raise NotImplementedError
+
+    def call_timeout(self, future: ResultFuture) -> None:
+        raise NotImplementedError
+
+    def check_results(self, results: Sequence[Any]) -> BaseException | None:
+        """An error if the results do not have the expected shape; they count as a failure."""
+        return None
+
+    def should_retry(self, results: Sequence[Any] | None, error: BaseException | None) -> bool:
+        return self.op.retry.should_retry(results, error)
+
+    def on_outcome(self, kind: str, payload: Any) -> None:
+        raise NotImplementedError
+
+    # --------------------------------------------------------------------- driving
+
+    def start(self) -> None:
+        if self.deadline_ms is not None:
+            self.timeout_timer = self.op.context.processing_time.register_timer(self.deadline_ms, self.on_timeout)
+        if self.state is _State.RUNNING:  # a deadline already past may have fired synchronously
+            self.invoke()
+
+    def invoke(self) -> None:
+        attempt = self.attempt
+        executor = self.op.context.mailbox_executor
+        try:
+            inputs = self.prepare_inputs()
+        except RecordError as error:
+            # Final: another attempt would fail to copy the same input again.
+            self.future = None
+            executor.execute(self.on_input_error, "async input error", attempt, error)
+            return
+
+        def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
+            executor.execute(self.on_attempt_complete, "async result", attempt, results, error)
+
+        self.future = future = ResultFuture(deliver)
+        try:
+            self.call_function(inputs, future)
+        except Exception as error:  # the user's invoke raised before starting a request
+            future.complete_exceptionally(error)
+
+    def on_input_error(self, attempt: int, error: RecordError) -> None:
+        if self.op.has_failed or self.state is not _State.RUNNING or attempt != self.attempt:
+            return
+        self.finish("failure", error)
+
+    def on_attempt_complete(self, attempt: int, results: Sequence[Any] | None, error: BaseException | None) -> None:
+        # A completion of an older attempt, or one that arrives after the timeout fired or after
+        # the outcome was decided (or after the operator failed), must not produce an outcome.
+        if self.op.has_failed or self.state is not _State.RUNNING or attempt != self.attempt:
+            return
+        if error is None and results is not None:
+            error = self.check_results(results)
+            if error is not None:
+                results = None
+        strategy = self.op.retry
+        if strategy.can_retry(self.attempt) and self.should_retry(results, error):
+            if self.deadline_passed:
+                # The deadline fired while this result was on its way; no attempt may start
+                # after it, so the timeout decides.
+                self.time_out()
+                return
+            self.state = _State.WAITING_RETRY
+            self.op.metrics.retries += 1
+            now = self.op.context.processing_time.now_ms()
+            self.retry_timer = self.op.context.processing_time.register_timer(
+                now + strategy.delay_ms(self.attempt), self.on_retry_timer
+            )
+            return
+        if error is not None:
+            self.finish("failure", error)
+        else:
+            self.finish("result", results)
+
+    def on_retry_timer(self, _timestamp_ms: int = 0) -> None:
+        if self.op.has_failed or self.state is not _State.WAITING_RETRY:
+            return
+        self.retry_timer = None
+        self.attempt += 1
+        self.state = _State.RUNNING
+        self.invoke()
+
+    def on_timeout(self, _timestamp_ms: int = 0) -> None:
+        if self.op.has_failed or self.state in (_State.DONE, _State.TIMING_OUT):
+            return  # a timeout after the outcome is a no-op
+        if self.state is _State.RUNNING and self.future is not None and self.future.done:
+            # The user completed this attempt before the deadline; its result mail decides.
+            self.deadline_passed = True
+            return
+        self.time_out()
+
+    def time_out(self) -> None:
+        if self.retry_timer is not None:
+            self.retry_timer.cancel()
+            self.retry_timer = None
+        if self.future is not None:
+            self.future.abandon()
+        self.state = _State.TIMING_OUT
+        self.op.metrics.timeouts += 1
+        executor = self.op.context.mailbox_executor
+
+        def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
+            executor.execute(self.on_timeout_complete, "async timeout outcome", results, error)
+
+        future = ResultFuture(deliver)
+        try:
+            self.call_timeout(future)
+        except Exception as error:
+            future.complete_exceptionally(error)
+
+    def on_timeout_complete(self, results: Sequence[Any] | None, error: BaseException | None) -> None:
+        if self.op.has_failed or self.state is not _State.TIMING_OUT:
+            return
+        if error is None and results is not None:
+            error = self.check_results(results)
+        if error is not None:
+            self.finish("failure", error)
+        else:
+            self.finish("fallback", results)
+
+    def finish(self, kind: str, payload: Any) -> None:
+        self.state = _State.DONE
+        self.future = None  # its delivery closure refers back to this handler
+        if self.timeout_timer is not None:
+            self.timeout_timer.cancel()
+        if self.retry_timer is not None:
+            self.retry_timer.cancel()
+        self.on_outcome(kind, payload)
+
+    @property
+    def is_done(self) -> bool:
+        """True once the outcome is decided."""
+        return self.state is _State.DONE
+
+    def snapshot_attempt(self) -> int:
+        """The attempt a restore should run: the one in flight, or the next after a wait."""
+        return self.attempt + 1 if self.state is _State.WAITING_RETRY else self.attempt
+
+    def remaining_ms(self, now_ms: int) -> int | None:
+        return None if self.deadline_ms is None else max(0, self.deadline_ms - now_ms)

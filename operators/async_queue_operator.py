@@ -1,0 +1,253 @@
+"""What the async operators share: the element queue, waiting for room, outcomes and emission.
+
+``AsyncQueueOperator`` keeps every element in an ``OrderedQueue`` or ``UnorderedQueue`` until
+its turn to leave, holds back the elements that find no room (``is_blocked()``), and turns each
+record's outcome into output: its results, a dead letter, or a failure of the operator. The
+per-record ``AsyncWaitOperator`` and the ``AsyncBatchWaitOperator`` say how a record is started.
+
+Threading model: every method runs on the mailbox thread.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Literal
+
+from .async_attempt import DEAD_LETTER, DeadLetter
+from .elements import Record, Watermark
+from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
+from .operator import StreamOperator
+from .ordered_queue import OrderedQueue
+from .retry import NoRetry, RetryStrategy
+from .stream_element_queue import RecordEntry, WatermarkEntry
+from .unordered_queue import UnorderedQueue
+
+__all__ = ["AsyncQueueOperator", "Pending"]
+
+
+class Pending:
+    """An element not yet in the queue: it waits for room, or comes from a snapshot."""
+
+    __slots__ = ("element", "attempt", "remaining_ms", "group")
+
+    def __init__(
+        self, element: Record | Watermark, attempt: int = 1, remaining_ms: int | None = None, group: int | None = None
+    ) -> None:
+        self.element = element
+        self.attempt = attempt
+        self.remaining_ms = remaining_ms
+        self.group = group  # a restored batch that this record joins again
+
+
+class AsyncQueueOperator(StreamOperator):
+    """The queue, the waiting elements and the outcomes of an async operator.
+
+    Subclasses implement ``_try_start_record`` (and may refine ``_try_start_watermark``), and
+    call ``_complete_entry`` once per record with its outcome.
+    """
+
+    def __init__(
+        self,
+        *,
+        mode: Literal["ordered", "unordered"],
+        timeout_ms: int | None,
+        retry: RetryStrategy | None,
+        on_error: Literal["fail", "dead_letter"],
+        copy_inputs: bool,
+        name: str,
+    ) -> None:
+        if mode not in ("ordered", "unordered"):
+            raise ConfigurationError(f"mode must be 'ordered' or 'unordered', got {mode!r}")
+        if timeout_ms is not None and (not isinstance(timeout_ms, int) or timeout_ms <= 0):
+            raise ConfigurationError(f"timeout_ms must be an int > 0 or None, got {timeout_ms!r}")
+        if on_error not in ("fail", "dead_letter"):
+            raise ConfigurationError(f"on_error must be 'fail' or 'dead_letter', got {on_error!r}")
+        if retry is not None and not isinstance(retry, RetryStrategy):
+            raise ConfigurationError(f"retry must be a RetryStrategy, got {type(retry).__name__}")
+        self.mode = mode
+        self.timeout_ms = timeout_ms
+        self.retry = retry if retry is not None else NoRetry()
+        self.on_error = on_error
+        self.copy_inputs = copy_inputs
+        self.name = name
+        self.queue_capacity = 1
+        self._failed: RecordError | None = None
+        self._restored: list[Pending] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _open_queue(self, size: int) -> None:
+        self.queue: OrderedQueue | UnorderedQueue = OrderedQueue(size) if self.mode == "ordered" else UnorderedQueue(size)
+        self._waiting: deque[Pending] = deque()
+        self._failed = None
+
+    def _replay_restored(self) -> None:
+        """Replay what the snapshot held, in order; what does not fit waits for room."""
+        for pending in self._restored:
+            self._add(pending)
+        self._restored = []
+
+    @property
+    def has_failed(self) -> bool:
+        """True once a record failed the operator (``on_error="fail"``); nothing is emitted after."""
+        return self._failed is not None
+
+    # ------------------------------------------------------------------- elements
+
+    def process_element(self, record: Record) -> None:
+        self.metrics.records_in += 1
+        self._add(Pending(record))
+
+    def process_watermark(self, watermark: Watermark) -> None:
+        self._add(Pending(watermark))
+
+    def is_blocked(self) -> bool:
+        return bool(self._waiting)
+
+    def is_drained(self) -> bool:
+        return not self._waiting and len(self.queue) == 0
+
+    @property
+    def in_flight(self) -> int:
+        """Queue slots taken: requests, completed results waiting for their turn, watermarks."""
+        return len(self.queue)
+
+    @property
+    def records_pending(self) -> int:
+        """Records taken in whose outcome has not been emitted yet (queued or waiting for room)."""
+        queued = sum(1 for entry in self.queue if isinstance(entry, RecordEntry))
+        return queued + sum(1 for p in self._waiting if isinstance(p.element, Record))
+
+    def oldest_request_started_ms(self) -> int | None:
+        """When the oldest request still without an outcome started (processing time), if any."""
+        started = [e.started_ms for e in self.queue
+                   if isinstance(e, RecordEntry) and not e.done and e.started_ms is not None]
+        return min(started) if started else None
+
+    # ------------------------------------------------------------------ internals
+
+    def _add(self, pending: Pending) -> None:
+        # Behind an element that waits for room, everything waits: order is kept.
+        if self._waiting or not self._try_start(pending):
+            self._waiting.append(pending)
+
+    def _try_start(self, pending: Pending) -> bool:
+        element = pending.element
+        if isinstance(element, Watermark):
+            return self._try_start_watermark(element)
+        return self._try_start_record(element, pending.attempt, pending.remaining_ms)
+
+    def _try_start_watermark(self, watermark: Watermark) -> bool:
+        if not self.queue.try_put(WatermarkEntry(watermark)):
+            return False
+        self._emit_completed()
+        return True
+
+    def _try_start_record(self, record: Record, attempt: int, remaining_ms: int | None) -> bool:
+        raise NotImplementedError
+
+    def _deadline(self, remaining_ms: int | None) -> int | None:
+        """A restored element keeps what was left of its deadline; a new one gets a full one."""
+        now = self.context.processing_time.now_ms()
+        if remaining_ms is not None:
+            return now + remaining_ms
+        return None if self.timeout_ms is None else now + self.timeout_ms
+
+    def _complete_entry(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:
+        """Record the one outcome of ``entry``; a failure fails the operator or becomes a dead letter."""
+        if kind == "failure":
+            error = self._record_error(entry.record, payload, attempts)
+            if self.on_error == "fail":
+                self.metrics.failures += 1
+                self._failed = error
+                raise error from payload
+            kind, payload = "dead_letter", error
+        entry.kind = kind
+        entry.payload = payload
+        self.queue.on_complete(entry)
+
+    def _record_error(self, record: Record, cause: BaseException, attempts: int) -> RecordError:
+        what = f"record {describe_value(record.value)} (timestamp_ms={record.timestamp_ms}) failed after {attempts} attempt(s)"
+        if isinstance(cause, RecordError):
+            error_cls: type[RecordError] = type(cause)
+            message = f"{what}: {cause}"
+        else:
+            error_cls = UserFunctionError
+            message = f"{what}: {type(cause).__name__}: {cause}"
+        if isinstance(cause, AsyncTimeoutError):
+            error_cls = AsyncTimeoutError
+        error = error_cls(
+            message, operator=self.context.name, value=record.value, timestamp_ms=record.timestamp_ms, attempts=attempts
+        )
+        error.__cause__ = cause
+        return error
+
+    def _make_room(self) -> None:
+        """Called before waiting elements are let in; a subclass may start work that frees room."""
+
+    def _emit_completed(self, freed: bool = False) -> None:
+        """Emit every completed head, then let waiting elements in as room frees."""
+        if self._failed is not None:
+            return  # the operator has failed: nothing more leaves it
+        while True:
+            while self.queue.has_completed_elements():
+                entry = self.queue.pop_completed()
+                self._emit(entry)
+                if isinstance(entry, RecordEntry):
+                    # Entry and handler refer to each other; break the cycle so that reference
+                    # counting frees them now, not the cyclic garbage collector later.
+                    entry.handler = None
+                freed = True
+            self._make_room()
+            if not self._waiting:
+                break
+            # Take it out before starting it: starting a watermark emits, which re-enters here.
+            pending = self._waiting.popleft()
+            if not self._try_start(pending):
+                self._waiting.appendleft(pending)
+                break
+        if freed and not self._waiting:
+            self.context.signal_progress()
+
+    def _emit(self, entry: Any) -> None:
+        if isinstance(entry, WatermarkEntry):
+            self.output.emit_watermark(entry.watermark)
+            return
+        record = entry.record
+        if entry.kind == "dead_letter":
+            error: RecordError = entry.payload
+            self.metrics.dead_letters += 1
+            self.output.collect_side(
+                DEAD_LETTER,
+                DeadLetter(
+                    record.value,
+                    record.timestamp_ms,
+                    error.attempts or 1,
+                    type(error.__cause__ or error).__name__,
+                    str(error),
+                    self.context.name,
+                ),
+            )
+            return
+        for value in entry.payload:
+            self.output.collect(Record(value, record.timestamp_ms))
+        self.metrics.records_out += len(entry.payload)
+
+    def _snapshot_waiting(self) -> list[tuple[Any, ...]]:
+        items: list[tuple[Any, ...]] = []
+        for pending in self._waiting:
+            element = pending.element
+            if isinstance(element, Watermark):
+                items.append(("watermark", element.timestamp_ms))
+            else:
+                items.append(("record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms))
+        return items
+
+    def _restore_items(self, state: Any | None) -> None:
+        self._restored = []
+        for item in state or ():
+            if item[0] == "watermark":
+                self._restored.append(Pending(Watermark(item[1])))
+            else:
+                _, value, timestamp_ms, attempt, remaining_ms = item
+                self._restored.append(Pending(Record(value, timestamp_ms), attempt, remaining_ms))
