@@ -12,8 +12,9 @@ results.
 The async operator's ``capacity`` bounds the requests in flight; ``max_tasks`` bounds the tasks
 that are busy. A task stops counting as busy once no more than a quarter of its records wait
 (stragglers, hung calls that will time out): a hung thread left in the worker costs nothing, and
-the records queued behind it must not miss their own deadlines waiting for its slot. A task whose
-records all have an outcome (a result, or an abandoned attempt after a timeout) is cancelled.
+the records queued behind it must not miss their own deadlines waiting for its slot. Once every
+record of a task has an outcome (a result, or an abandoned attempt after a timeout), the actor
+stops reading the task's stream.
 
 Batching policy: a task leaves as soon as it is full (``ceil(capacity / max_tasks)`` requests),
 or ``linger_ms`` after its first request. When a task returns, its results free slots one
@@ -204,8 +205,11 @@ class RayTaskFunction(AsyncFunction):
                 active = False
                 self._release()
             if not reader.done():
+                # Stop reading; the task ends on its own when its last call returns. Never
+                # ray.cancel() it: in Ray 2.50 a cancel that races with the task's completion
+                # trips a check in the caller's core worker and kills the actor
+                # ("Tried to complete task that was not pending").
                 reader.cancel()
-                ray.cancel(generator, force=False)
             waiter.cancel()
         if reader.done() and not reader.cancelled() and reader.exception() is not None:
             raise reader.exception()  # type: ignore[misc]

@@ -108,7 +108,10 @@ def main(rows: int, users: int, capacity: int, parallelism: int, timeout_ms: int
             print(f"  {row['enrichment']:<18}{row['count']:>9,}")
         print(f"  {'dead_letter':<18}{n_dead:>9,}")
         if n_dead:
-            print("\ndead letters (first 3):")
+            unknown = clicks.filter("user_id < 0").count()
+            print(f"\ndead letters by cause ({unknown:,} clicks are by unknown users, whom the service answers 404):")
+            for row in dead.groupBy("error_type", "attempts").count().orderBy("error_type").collect():
+                print(f"  {row['error_type']:<24} after {row['attempts']} attempt(s) {row['count']:>7,}")
             dead.select("click_id", "user_id", "error_type", "attempts", "error").show(3, truncate=80)
         total = n_enriched + n_dead
         print(f"\n{total:,} of {rows:,} clicks accounted for; none lost: {total == rows}")
