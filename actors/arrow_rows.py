@@ -199,7 +199,7 @@ def _mixed_types(name: str, column: list[Any], rows: list[Any], error: Exception
 
 def _fit(values: list[Any], schema: pa.Schema) -> pa.Table:
     # Never pa.Table.from_pylist(values, schema=...): it truncates a float given for an int.
-    return conform_table(SchemaTracker(schema).table(values), schema)
+    return conform_table(SchemaTracker(schema).table(values), schema, fill_missing=True)
 
 
 def _which_row(values: list[Any], schema: pa.Schema, error: Exception) -> str:
@@ -237,11 +237,15 @@ def unify_output_schemas(schemas: list[pa.Schema], samples: list[dict[str, Any] 
         raise SchemaError(f"the outputs of the job's instances do not share a schema: {error}") from error
 
 
-def conform_table(table: pa.Table, target: pa.Schema) -> pa.Table:
+def conform_table(table: pa.Table, target: pa.Schema, *, fill_missing: bool = False) -> pa.Table:
     """``table``'s columns of ``target``, in its order and types; only timestamps may lose digits.
 
-    A column of ``target`` that ``table`` lacks becomes nulls (a column no row of this part had).
+    A column of ``target`` that ``table`` lacks is an error, or with ``fill_missing`` a column of
+    nulls (one instance's output may lack a key that only another instance's rows had).
     """
+    missing = [name for name in target.names if name not in table.column_names]
+    if missing and not fill_missing:
+        raise SchemaError(f"table must have columns {target.names}, got {table.column_names} (missing {missing})")
     columns = []
     for field in target:
         if field.name not in table.column_names:

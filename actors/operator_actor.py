@@ -213,6 +213,8 @@ class OperatorActor:
         pending = 0
         in_flight = 0
         oldest: int | None = None
+        if not hasattr(self, "processor"):  # not started yet
+            return {"done": 0, "in_flight": 0, "oldest_ms": None}
         for op in self._chain.operators:
             pending += getattr(op, "records_pending", 0)
             in_flight += getattr(op, "requests_in_flight", 0)
@@ -241,7 +243,7 @@ class OperatorActor:
         table = await self.take_table()
         if table is None:
             return b"", 0
-        conformed = conform_table(table, schema)
+        conformed = conform_table(table, schema, fill_missing=True)
         return ipc_bytes([conformed]), conformed.num_rows
 
     async def output_schema(self) -> pa.Schema | None:

@@ -139,7 +139,7 @@ def dead_letters_to_dataframe(spark: "SparkSession", letters: list[DeadLetter], 
         names["attempts"]: [letter.attempts for letter in letters],
         names["operator"]: [letter.operator for letter in letters],
     }
-    table = conform_table(records, record_schema)
+    table = conform_table(records, record_schema, fill_missing=True)
     for field in schema:
         if field.name in diagnostics:
             table = table.append_column(field, pa.array(diagnostics[field.name], type=field.type))

@@ -135,10 +135,12 @@ def test_a_column_of_nulls_first_takes_the_type_of_later_values():
     assert tracker.table([{"x": "late"}]).schema.field("x").type == pa.string()
 
 
-def test_conform_fills_a_column_this_part_never_had_with_nulls():
+def test_conform_fills_a_column_this_part_never_had_with_nulls_only_when_asked():
     target = pa.schema([("a", pa.int64()), ("b", pa.string())])
-    out = conform_table(pa.table({"a": [1, 2]}), target)
+    out = conform_table(pa.table({"a": [1, 2]}), target, fill_missing=True)
     assert out.schema == target and out.column("b").to_pylist() == [None, None]
+    with pytest.raises(SchemaError, match=r"missing \['b'\]"):
+        conform_table(pa.table({"a": [1, 2]}), target)
 
 
 def test_a_row_batch_slices_its_timestamps_with_its_rows():

@@ -139,8 +139,11 @@ def test_timestamp_units_and_large_strings_are_converted_for_spark(spark):
             "name": pa.array(["a", None, "c"], type=pa.large_string()),
         }
     )
-    rows = tables_to_dataframe(spark, [table], table.schema).selectExpr(
-        "unix_micros(ts_ms) AS ms", "unix_micros(ts_ns) AS ns", "name"
+    out = tables_to_dataframe(spark, [table], table.schema)
+    # A naive timestamp is Spark's timestamp_ntz; one with a time zone its timestamp.
+    assert dict(out.dtypes) == {"ts_ms": "timestamp_ntz", "ts_ns": "timestamp", "name": "string"}
+    rows = out.selectExpr(
+        "unix_micros(CAST(ts_ms AS TIMESTAMP)) AS ms", "unix_micros(ts_ns) AS ns", "name"
     ).collect()
     assert [tuple(row) for row in rows] == [
         (0, 1, "a"),
