@@ -154,6 +154,7 @@ def spark_session(
         _refuse_plain_session()
         _check_java()
         ensure_ray(ray_address)
+        _check_room_beside_executors(num_executors, executor_cores)
 
         import raydp
 
@@ -277,6 +278,22 @@ def _executor_actor_states(ray: Any) -> list[tuple[str, str]]:
         if states.get(actor.name) != "ALIVE":
             states[actor.name] = actor.state
     return sorted(states.items())
+
+
+def _check_room_beside_executors(num_executors: int, executor_cores: int) -> None:
+    # RayDP's executors are Ray actors that hold their cores for the whole session. Moving a
+    # DataFrame into Ray runs Ray Data tasks of 1 CPU each: with every CPU held by executors,
+    # they never start, and from_spark() waits forever without a word.
+    import ray
+
+    total = ray.cluster_resources().get("CPU", 0.0)
+    wanted = num_executors * executor_cores
+    if wanted >= total:
+        raise SparkSessionError(
+            f"Spark on Ray would hold every CPU of the Ray cluster ({wanted} executor core(s) of {total:g}), "
+            "and moving data between Spark and Ray needs at least one more; ask for fewer executor cores, "
+            "or start Ray with more logical CPUs first (spark_bridge.ensure_ray(num_cpus=...))"
+        )
 
 
 def _refuse_plain_session() -> None:

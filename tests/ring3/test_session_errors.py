@@ -73,3 +73,19 @@ def test_a_dead_executor_and_a_stopped_session_fail_fast_instead_of_hanging():
     stopped = next(line for line in out.splitlines() if line.startswith("STOPPED:"))
     assert "a Spark session that was stopped" in stopped
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_executors_that_would_hold_every_cpu_are_refused_instead_of_hanging():
+    done = _run("""
+        from spark_bridge import ensure_ray, spark_session
+        from spark_bridge.session import SparkSessionError
+
+        ensure_ray(num_cpus=2)
+        try:
+            spark_session("greedy", num_executors=1, executor_cores=2)
+        except SparkSessionError as error:
+            print("REFUSED:", error)
+    """)
+    line = next((l for l in done.stdout.splitlines() if l.startswith("REFUSED:")), "")
+    assert "would hold every CPU of the Ray cluster (2 executor core(s) of 2)" in line, done.stdout + done.stderr[-2000:]
+    assert done.returncode == 0
