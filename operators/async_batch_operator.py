@@ -376,13 +376,15 @@ def async_wait_batch(
     on_error: Literal["fail", "dead_letter"] = "fail",
     name: str = "async_wait_batch",
     queue_capacity: int | None = None,
+    copy_inputs: bool = True,
 ) -> AsyncBatchWaitOperator:
     """Build a batched async I/O operator.
 
     ``function`` is an ``AsyncBatchFunction``, an object with ``async_invoke_batch(values,
     result_future)``, or an ``async def f(values) -> list[list]``. ``capacity`` bounds the
     batches in flight; ``fallback(value) -> list`` answers for each record of a batch whose
-    deadline passed.
+    deadline passed. ``copy_inputs`` gives each attempt its own copy of the values, so that a
+    function that changes them changes neither a retry's input nor a snapshot.
 
     >>> async def lookup(user_ids):
     ...     return [[{"user_id": u, "segment": "gold"}] for u in user_ids]
@@ -395,5 +397,6 @@ def async_wait_batch(
         function = FallbackOnBatchTimeout(function, fallback)
     return AsyncBatchWaitOperator(
         function, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode, capacity=capacity,
-        timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name, queue_capacity=queue_capacity,
+        timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
+        queue_capacity=queue_capacity,
     )
