@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 import pyarrow as pa
 
@@ -28,7 +28,7 @@ __all__ = ["enrich"]
 
 def enrich(
     df: "DataFrame",
-    fn: Callable[[dict[str, Any]], Any],
+    fn: Callable[[dict[str, Any]], Any] | Callable[[list[dict[str, Any]]], Any] | ArrowBatchFunction,
     *,
     output_schema: Any = None,
     ordered: bool = True,
@@ -76,7 +76,7 @@ def enrich(
         raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
     if not callable(fn) and not isinstance(fn, ArrowBatchFunction):
         raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
-    wrapped = _merge_rows(fn)
+    wrapped = _merge_rows(cast(Callable[[dict[str, Any]], Any], fn))
     fallback_fn = None
     if fallback is not None:
         if isinstance(fallback, dict):
