@@ -208,6 +208,11 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         return self._batches
 
     @property
+    def requests_in_flight(self) -> int:
+        """Records of the batches that left and have no outcome yet (the buffer not included)."""
+        return sum(1 for e in self.queue if isinstance(e, RecordEntry) and e.handler is not None and not e.done)
+
+    @property
     def buffered(self) -> int:
         """Records waiting in the buffer for their batch to leave."""
         return len(self._buffer)
