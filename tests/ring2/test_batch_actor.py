@@ -229,6 +229,20 @@ def test_a_failing_batch_gives_each_of_its_records_a_dead_letter_after_its_retri
     assert all(d.attempts == 2 and d.error_type == "ConnectionError" for d in dead)
 
 
+def test_a_blocking_batch_with_the_wrong_number_of_results_dead_letters_each_of_its_records(ray_session):
+    def short(values):
+        return [[v] for v in values][: 1 if values[0]["user"] == 20 else None]  # one batch loses rows
+
+    result = (
+        from_arrow(_users(100, parts=1), parallelism=1, job_name="batch-wrong-shape")
+        .async_map_batch(short, batch_size=10, capacity=2, on_error="dead_letter")
+        .execute(progress=False)
+    )
+    assert result.to_arrow().column("user").to_pylist() == [u for u in range(100) if not 20 <= u < 30]
+    dead = result.side_outputs[DEAD_LETTER]
+    assert [d.value["user"] for d in dead] == list(range(20, 30))
+    assert all(d.error_type == "ResultTypeError" and "returned 1 result lists for a batch of 10" in d.error for d in dead)
+
 class Scores(AsyncBatchFunction):
     """An ``AsyncBatchFunction`` completing from a coroutine it starts on the actor's loop."""
 
