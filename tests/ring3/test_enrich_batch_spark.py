@@ -73,6 +73,27 @@ def test_enrich_with_an_arrow_batch_function(spark):
 
 
 @pytest.mark.parametrize(
+    "result, message",
+    [
+        # a dict of columns for the whole batch, not one per row
+        ({"segment": "gold"}, "must return a list of one dict per row; got dict for a batch of 10 rows"),
+        # one dict short
+        ([{"segment": "gold"}] * 9, "must return a list of one dict per row; got 9 items for a batch of 10 rows"),
+        # a row's item is not a dict
+        (["gold"] * 10, "the enrich function must return a dict of columns, got str"),
+    ],
+)
+def test_a_batch_result_of_the_wrong_shape_is_a_dead_letter_for_each_row(spark, result, message):
+    async def segments(rows):
+        return result
+
+    out, dead = enrich(_clicks(spark, 10), segments, batch_size=10, parallelism=1, on_error="dead_letter",
+                       progress=False)
+    letters = dead.collect()
+    assert out.count() == 0 and sorted(r.click_id for r in letters) == list(range(10))
+    assert all(r.error_type == "ResultTypeError" and message in r.error for r in letters)
+
+@pytest.mark.parametrize(
     "kwargs, message",
     [
         ({"batch_timeout_ms": 10}, "batch_timeout_ms needs batch_size, got batch_timeout_ms=10 without it"),
