@@ -17,6 +17,10 @@ from typing import Any, Callable, Literal, Sequence, TypeVar
 import pyarrow as pa
 import ray
 
+from actors.batch_task_function import batch_function_kind, make_batch_function
+from operators.arrow_batch import ArrowBatchFunction
+from operators.async_batch_function import AsyncBatchFunction
+from operators.async_batch_operator import AsyncBatchWaitOperator, async_wait_batch
 from operators.async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout
 from operators.async_wait_operator import AsyncWaitOperator
 from operators.errors import ConfigurationError, UserFunctionError
@@ -79,6 +83,7 @@ class DataStream:
         name: str = "async_map",
         max_tasks: int = 2,
         queue_capacity: int | None = None,
+        copy_inputs: bool = True,
     ) -> S:
         """Enrich each record through ``fn``, with Flink's async I/O guarantees.
 
@@ -87,7 +92,10 @@ class DataStream:
         Ray tasks). ``fallback(value) -> list`` answers for a record whose deadline passed.
         ``capacity`` bounds the requests in flight per instance; ``queue_capacity`` (default:
         ``capacity``, as in Flink) bounds the elements queued, so that in ordered mode results
-        can wait behind a slow request while new requests start.
+        can wait behind a slow request while new requests start. ``copy_inputs`` gives each
+        attempt its own copy of the record, so that a function that changes its argument
+        changes neither a retry's input nor a snapshot (a blocking function's argument is
+        already a copy: it reaches its Ray task serialised).
         """
         kind = _function_kind(fn)
         mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
@@ -111,7 +119,61 @@ class DataStream:
                 function = FallbackOnTimeout(function, _named_fallback(fallback))
             return AsyncWaitOperator(
                 function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-                on_error=on_error, copy_inputs=False, name=name, queue_capacity=queue_capacity,
+                on_error=on_error, copy_inputs=copy_inputs and kind != "blocking", name=name,
+                queue_capacity=queue_capacity,
+            )
+
+        return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))
+
+    def async_map_batch(
+        self: S,
+        fn: AsyncBatchFunction | ArrowBatchFunction | Callable[[list[Any]], Any],
+        *,
+        batch_size: int,
+        batch_timeout_ms: int | None = None,
+        ordered: bool = True,
+        capacity: int = 4,
+        timeout_ms: int | None = None,
+        retry: RetryStrategy | None = None,
+        fallback: Callable[[Any], Sequence[Any]] | None = None,
+        on_error: Literal["fail", "dead_letter"] = "fail",
+        parallelism: int | None = None,
+        name: str = "async_map_batch",
+        queue_capacity: int | None = None,
+        copy_inputs: bool = True,
+    ) -> S:
+        """Enrich records ``batch_size`` at a time: ``fn(values)`` returns one result list per value.
+
+        A batch leaves when full, ``batch_timeout_ms`` after its first record, at a watermark or
+        at the end of input. ``fn`` is an ``async def f(values)`` (a coroutine on the operator's
+        actor), a blocking ``def f(values)`` (one Ray task per batch, awaited), an
+        ``AsyncBatchFunction``, or ``arrow_batch(f)`` for ``f(pa.Table) -> pa.Table`` (the rows
+        go in as one table; result columns are merged into each row). ``capacity`` bounds the
+        batches in flight per instance; ``timeout_ms`` is one deadline per batch across its
+        attempts, after which ``fallback(value) -> list`` answers for each of its records. Every
+        record keeps its own order, timestamp and outcome (a dead letter each, for instance).
+
+        >>> async def score(values):
+        ...     return [[{**v, "score": len(v)}] for v in values]
+        >>> stream.async_map_batch(score, batch_size=256, batch_timeout_ms=50)   # doctest: +SKIP
+        """
+        kind = batch_function_kind(fn)
+        mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
+        # Validate now (at construction), not in the actor at the first record.
+        AsyncBatchWaitOperator(AsyncBatchFunction(), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode,
+                               capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
+                               queue_capacity=queue_capacity)
+        if fallback is not None and not callable(fallback):
+            raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
+        # A batch that goes to a Ray task is serialised there: it is a copy already.
+        copy = copy_inputs and kind not in ("blocking", "arrow_blocking")
+
+        def factory() -> StreamOperator:
+            return async_wait_batch(
+                make_batch_function(fn, capacity=capacity), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms,
+                mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
+                fallback=None if fallback is None else _named_fallback(fallback), on_error=on_error, name=name,
+                queue_capacity=queue_capacity, copy_inputs=copy,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))

@@ -6,6 +6,7 @@ from .async_batch_function import (
     FallbackOnBatchTimeout,
     as_async_batch_function,
 )
+from .arrow_batch import ArrowBatchFunction, arrow_batch
 from .async_batch_operator import AsyncBatchWaitOperator, async_wait_batch
 from .async_function import (
     AsyncFunction,
@@ -97,7 +98,7 @@ from .windows import (
 
 __all__ = [
     "ActorflowError", "AsyncBatchFunction", "AsyncBatchWaitOperator", "AsyncFunction", "AwaitedAsyncFunction",
-    "CoroutineBatchFunction", "FallbackOnBatchTimeout", "as_async_batch_function", "async_wait_batch", "AsyncTimeoutError", "AsyncWaitOperator", "AsyncioCoroutineRunner",
+    "CoroutineBatchFunction", "FallbackOnBatchTimeout", "as_async_batch_function", "async_wait_batch", "ArrowBatchFunction", "arrow_batch", "AsyncTimeoutError", "AsyncWaitOperator", "AsyncioCoroutineRunner",
     "CheckpointBarrier", "Clock", "ConfigurationError", "CoroutineFunction", "DEAD_LETTER", "DeadLetter",
     "DefaultActionController", "ExponentialBackoff", "FallbackOnTimeout", "FilterOperator", "FixedDelay", "FlatMapOperator",
     "JobFailedError", "MAX_PRIORITY", "MIN_PRIORITY", "Mail", "MailboxClosedError", "MailboxExecutor",

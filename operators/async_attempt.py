@@ -18,6 +18,8 @@ come from other threads, and they arrive here as mails.
 from __future__ import annotations
 
 import copy
+import datetime
+import decimal
 import enum
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
@@ -35,6 +37,10 @@ DEAD_LETTER = "dead_letter"
 
 # Values of these exact types cannot be changed in place, so an attempt may share them.
 _IMMUTABLE_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), frozenset, range})
+# Scalars of a row (Spark's timestamps, dates, decimals among them) that cannot change in place:
+# a dict of only these is copied by ``dict(value)``, about ten times faster than ``deepcopy``.
+_IMMUTABLE_SCALARS = _IMMUTABLE_TYPES | {datetime.datetime, datetime.date, datetime.time, datetime.timedelta,
+                                         decimal.Decimal}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,8 @@ def copy_input(value: Any, timestamp_ms: int | None) -> Any:
     """
     if type(value) in _IMMUTABLE_TYPES:
         return value
+    if type(value) is dict and all(type(v) in _IMMUTABLE_SCALARS for v in value.values()):
+        return dict(value)  # keys are hashable, so immutable in practice; the values are
     try:
         return copy.deepcopy(value)
     except Exception as error:

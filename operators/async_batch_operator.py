@@ -208,6 +208,11 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         return self._batches
 
     @property
+    def requests_in_flight(self) -> int:
+        """Records of the batches that left and have no outcome yet (the buffer not included)."""
+        return sum(1 for e in self.queue if isinstance(e, RecordEntry) and e.handler is not None and not e.done)
+
+    @property
     def buffered(self) -> int:
         """Records waiting in the buffer for their batch to leave."""
         return len(self._buffer)
@@ -376,13 +381,15 @@ def async_wait_batch(
     on_error: Literal["fail", "dead_letter"] = "fail",
     name: str = "async_wait_batch",
     queue_capacity: int | None = None,
+    copy_inputs: bool = True,
 ) -> AsyncBatchWaitOperator:
     """Build a batched async I/O operator.
 
     ``function`` is an ``AsyncBatchFunction``, an object with ``async_invoke_batch(values,
     result_future)``, or an ``async def f(values) -> list[list]``. ``capacity`` bounds the
     batches in flight; ``fallback(value) -> list`` answers for each record of a batch whose
-    deadline passed.
+    deadline passed. ``copy_inputs`` gives each attempt its own copy of the values, so that a
+    function that changes them changes neither a retry's input nor a snapshot.
 
     >>> async def lookup(user_ids):
     ...     return [[{"user_id": u, "segment": "gold"}] for u in user_ids]
@@ -395,5 +402,6 @@ def async_wait_batch(
         function = FallbackOnBatchTimeout(function, fallback)
     return AsyncBatchWaitOperator(
         function, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode, capacity=capacity,
-        timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name, queue_capacity=queue_capacity,
+        timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
+        queue_capacity=queue_capacity,
     )

@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 import pyarrow as pa
 
+from operators.arrow_batch import ArrowBatchFunction
 from operators.errors import ConfigurationError, ResultTypeError, describe_value
 from operators.retry import RetryStrategy
 
@@ -27,7 +28,7 @@ __all__ = ["enrich"]
 
 def enrich(
     df: "DataFrame",
-    fn: Callable[[dict[str, Any]], Any],
+    fn: Callable[[dict[str, Any]], Any] | Callable[[list[dict[str, Any]]], Any] | ArrowBatchFunction,
     *,
     output_schema: Any = None,
     ordered: bool = True,
@@ -40,6 +41,8 @@ def enrich(
     progress: bool = True,
     job_name: str | None = None,
     queue_capacity: int | None = None,
+    batch_size: int | None = None,
+    batch_timeout_ms: int | None = None,
 ) -> "DataFrame | tuple[DataFrame, DataFrame]":
     """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
 
@@ -62,10 +65,18 @@ def enrich(
     inferred as Spark would (int → bigint, float → double, naive datetime → timestamp in UTC).
     ``output_schema`` (a ``pyarrow.Schema``, a ``StructType`` or a DDL string) fixes the types of
     the columns it names, which may be only the new ones: the input's columns are added in front.
+
+    With ``batch_size``, ``fn`` gets a list of up to ``batch_size`` rows (dicts) and returns a
+    list of dicts, one per row, in the same order (``arrow_batch(f)`` is accepted too, for
+    ``f(pa.Table) -> pa.Table``). A batch leaves when full or ``batch_timeout_ms`` after its
+    first row; ``capacity`` then counts batches in flight per instance, ``timeout_ms`` is one
+    deadline per batch, and the fallback, dead letters and order are still per row.
     """
-    if not callable(fn):
+    if isinstance(fn, ArrowBatchFunction) and batch_size is None:
+        raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
+    if not callable(fn) and not isinstance(fn, ArrowBatchFunction):
         raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
-    wrapped = _merge_rows(fn)
+    wrapped = _merge_rows(cast(Callable[[dict[str, Any]], Any], fn))
     fallback_fn = None
     if fallback is not None:
         if isinstance(fallback, dict):
@@ -81,6 +92,15 @@ def enrich(
     if schema is not None:
         given = set(schema.names)
         schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
+    if batch_size is not None:
+        stream = stream.async_map_batch(
+            _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
+            capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
+            name="enrich", queue_capacity=queue_capacity,
+        )
+        return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress)
+    if batch_timeout_ms is not None:
+        raise ConfigurationError(f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
     stream = stream.async_map(
         wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
         fallback=fallback_fn, on_error=on_error, name="enrich",
@@ -118,6 +138,32 @@ def _check_dict(result: Any, row: dict[str, Any], what: str) -> dict[str, Any]:
             value=row,
         )
     return result
+
+
+def _merge_results(rows: list[dict[str, Any]], results: Any) -> list[list[dict[str, Any]]]:
+    if isinstance(results, (str, bytes, dict)) or not isinstance(results, (list, tuple)) or len(results) != len(rows):
+        got = f"{len(results)} items" if isinstance(results, (list, tuple)) else type(results).__name__
+        raise ResultTypeError(
+            f"the enrich function must return a list of one dict per row; got {got} for a batch of {len(rows)} rows, "
+            f"the first {describe_value(rows[0])}"
+        )
+    return [[{**row, **_check_dict(result, row, "enrich")}] for row, result in zip(rows, results)]
+
+
+def _merge_batches(fn: Any) -> Any:
+    if isinstance(fn, ArrowBatchFunction):
+        return fn  # its result columns are merged into each row already
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+
+        async def enrich_batch(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+            return _merge_results(rows, await fn(rows))
+
+        return enrich_batch
+
+    def enrich_batch_blocking(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        return _merge_results(rows, fn(rows))
+
+    return enrich_batch_blocking
 
 
 def _merge_rows(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:

@@ -366,6 +366,31 @@ def test_each_attempt_of_a_batch_gets_its_own_copies_of_the_inputs():
     assert seen == [[{"n": 1}, {"n": 2}]] * 2
 
 
+def test_requests_in_flight_counts_the_records_of_batches_that_left():
+    fn = ScriptedBatch()
+    op = async_wait_batch(fn, batch_size=2, capacity=2)
+    h = OperatorHarness(op)
+    feed(h, "abc")
+    assert (op.requests_in_flight, op.buffered) == (2, 1)  # "a", "b" left; "c" waits in the buffer
+    fn.complete(0, [["A"], ["B"]])
+    h.run_until_idle()
+    assert (op.requests_in_flight, op.buffered) == (0, 1)
+
+def test_copy_inputs_false_hands_the_batch_the_records_own_values():
+    got: list[Any] = []
+
+    class Keep:
+        def async_invoke_batch(self, values, result_future):
+            got.extend(values)
+            result_future.complete([[v] for v in values])
+
+    row = {"n": 1}
+    h = OperatorHarness(async_wait_batch(Keep(), batch_size=1, copy_inputs=False))
+    h.process_element(row, timestamp_ms=1)
+    h.run_until_idle()
+    assert got[0] is row
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import pickle
 import threading
 from typing import Any
@@ -21,6 +23,8 @@ from operators import (
     Watermark,
     async_wait,
 )
+
+from operators.async_attempt import copy_input
 
 from .scripted import Immediate, Scripted
 
@@ -277,3 +281,30 @@ def test_a_larger_queue_lets_requests_behind_a_slow_head_start_while_results_wai
 def test_queue_capacity_below_capacity_is_rejected():
     with pytest.raises(ConfigurationError, match=r"queue_capacity must be an int >= capacity \(3\), got 2"):
         async_wait(Scripted(), capacity=3, queue_capacity=2)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # a flat row of scalars: copied by dict(), the fast path
+        {"id": 1, "ts": datetime.datetime(2024, 1, 1), "price": decimal.Decimal("1.5"), "name": "a", "none": None},
+        # a row with a nested list: deep-copied
+        {"id": 1, "tags": ["a", "b"]},
+        # a row with a nested dict: deep-copied
+        {"id": 1, "address": {"city": "Berlin"}},
+    ],
+)
+def test_a_row_copy_shares_nothing_that_the_function_could_change(value):
+    copied = copy_input(value, 1)
+    assert copied == value and copied is not value
+    for key, item in value.items():
+        if isinstance(item, (list, dict)):
+            assert copied[key] is not item
+    copied["id"] = 99
+    for item in copied.values():
+        if isinstance(item, list):
+            item.append("z")
+        if isinstance(item, dict):
+            item["city"] = "Paris"
+    assert value["id"] == 1 and value.get("tags", ["a", "b"]) == ["a", "b"]
+    assert value.get("address", {"city": "Berlin"}) == {"city": "Berlin"}
