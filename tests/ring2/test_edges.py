@@ -129,3 +129,38 @@ def test_a_failing_background_sender_fails_the_job_with_its_cause(ray_session):
     with pytest.raises(ActorflowError, match=r"broken/map\[0/1\]: sending output downstream failed: "
                                              r"RuntimeError: the receiver is gone"):
         asyncio.run(scenario())
+
+
+def test_a_source_reader_that_dies_mid_job_fails_it_as_a_job_failure(ray_session):
+    import threading
+
+    import ray
+
+    from operators import JobFailedError
+
+    async def slow(row):
+        import asyncio
+
+        await asyncio.sleep(0.01)
+        return [row]
+
+    # A source actor (parallelism 1) feeds a wider stage; it dies while the job runs and the
+    # progress bar polls.
+    stream = from_arrow([pa.table({"user": list(range(20_000))})], parallelism=1, batch_size=100,
+                        job_name="reader-dies").async_map(slow, capacity=2, parallelism=2)
+    outcome: list[BaseException] = []
+
+    def run():
+        try:
+            stream.execute(progress=True)
+        except BaseException as error:  # noqa: BLE001 - the test inspects it
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    reader = _poll(lambda: _actor("reader-dies/source[0/1]"))
+    _poll(lambda: ray.get(reader.progress.remote()) > 0)
+    ray.kill(reader)
+    thread.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], JobFailedError), outcome
+    assert "job 'reader-dies' failed: an actor died" in str(outcome[0])
