@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from cluster import from_arrow
+from tests.ring2.waiting import find_actor, poll
 
 pytestmark = pytest.mark.ray
 
@@ -56,15 +57,6 @@ def test_a_hung_blocking_call_frees_its_task_slot_after_the_timeout(ray_session)
     assert time.monotonic() - start < 25  # well before the hung call would have returned
 
 
-def _poll(check, timeout_s=60):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not met in time")
-
 
 def test_progress_counts_records_with_an_outcome_and_shows_a_stuck_request(ray_session):
     import asyncio
@@ -81,24 +73,16 @@ def test_progress_counts_records_with_an_outcome_and_shows_a_stuck_request(ray_s
         one_hangs, capacity=10, ordered=False)
     thread = threading.Thread(target=lambda: stream.execute(progress=False), daemon=True)
     thread.start()
-    actor = _poll(lambda: _actor("progress/async_map[0/1]"))
+    actor = poll(lambda: find_actor("progress/async_map[0/1]"))
     # Every record has been read and 49 are done; the bar must not say 100 %, and it must show
     # the one request in flight getting older.
-    first = _poll(lambda: (p := ray.get(actor.record_progress.remote()))["done"] == 49 and p)
+    first = poll(lambda: (p := ray.get(actor.record_progress.remote()))["done"] == 49 and p)
     assert first["in_flight"] == 1 and first["oldest_ms"] is not None
     time.sleep(1.0)
     later = ray.get(actor.record_progress.remote())
     assert later["done"] == 49 and later["oldest_ms"] >= first["oldest_ms"] + 900
     thread.join(60)
 
-
-def _actor(name):
-    import ray
-
-    try:
-        return ray.get_actor(name, namespace="actorflow")
-    except ValueError:
-        return None
 
 
 def test_a_failing_background_sender_fails_the_job_with_its_cause(ray_session):
@@ -158,8 +142,8 @@ def test_a_source_reader_that_dies_mid_job_fails_it_as_a_job_failure(ray_session
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    reader = _poll(lambda: _actor("reader-dies/source[0/1]"))
-    _poll(lambda: ray.get(reader.progress.remote()) > 0)
+    reader = poll(lambda: find_actor("reader-dies/source[0/1]"))
+    poll(lambda: ray.get(reader.progress.remote()) > 0)
     ray.kill(reader)
     thread.join(60)
     assert len(outcome) == 1 and isinstance(outcome[0], JobFailedError), outcome

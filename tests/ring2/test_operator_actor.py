@@ -12,6 +12,7 @@ import ray
 from ray.util.state import list_actors
 
 from cluster import from_arrow
+from tests.ring2.waiting import find_actor, poll
 from operators import (
     DEAD_LETTER,
     AsyncFunction,
@@ -192,15 +193,6 @@ def _running_job(stream):
     return thread
 
 
-def _poll(check, timeout_s=120):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not met in time")
-
 
 def test_actors_are_named_job_operator_index_parallelism_while_running(ray_session):
     async def slow(row):
@@ -212,7 +204,7 @@ def test_actors_are_named_job_operator_index_parallelism_while_running(ray_sessi
     # The source is chained into the enrich instances (same parallelism), which keep the output.
     expected = {"named/enrich[0/2]", "named/enrich[1/2]"}
     gcs = ray.get_runtime_context().gcs_address
-    names = _poll(lambda: expected <= (n := {a.name for a in list_actors(address=gcs, filters=[("state", "=", "ALIVE")])}) and n)
+    names = poll(lambda: expected <= (n := {a.name for a in list_actors(address=gcs, filters=[("state", "=", "ALIVE")])}) and n)
     assert expected <= names
     actor = ray.get_actor("named/enrich[0/2]", namespace="actorflow")
     assert repr(actor).startswith("Actor(") and ray.get(actor.stats.remote())["name"] == "named/enrich[0/2]"
@@ -234,8 +226,8 @@ def test_backpressure_holds_the_source_back_while_a_slow_stage_drains(ray_sessio
         slow, capacity=2, parallelism=parallelism)
     thread = _running_job(stream)
     reader_name = f"{job}/async_map[0/1]" if chained else f"{job}/source[0/1]"
-    reader = _poll(lambda: _actor(reader_name))
-    _poll(lambda: ray.get(reader.progress.remote()) > 0)
+    reader = poll(lambda: find_actor(reader_name))
+    poll(lambda: ray.get(reader.progress.remote()) > 0)
     time.sleep(2.0)
     sent = ray.get(reader.progress.remote())
     # At 2 requests per 10 ms per instance the stage needs ~50-100 s for everything; the reader
@@ -261,13 +253,7 @@ def test_a_source_actor_spreads_batches_over_every_instance_of_a_wider_stage(ray
 def _stop(names):
     # Killing one actor fails the job, whose clean-up kills the rest: some may be gone already.
     for name in names:
-        actor = _actor(name)
+        actor = find_actor(name)
         if actor is not None:
             ray.kill(actor)
 
-
-def _actor(name):
-    try:
-        return ray.get_actor(name, namespace="actorflow")
-    except ValueError:
-        return None
