@@ -210,14 +210,58 @@ class CountTrigger(Trigger):
         return f"CountTrigger(max_count={self.max_count})"
 
 
-class ContinuousEventTimeTrigger(Trigger):
-    """Fires every ``interval_ms`` of event time while the window is open, and at its end.
+class _ContinuousTrigger(Trigger):
+    """Fires every ``interval_ms`` while the window has elements; one clock, given by the subclass.
 
-    Firing times are aligned to multiples of the interval and never pass the window's end.
+    The next firing time is trigger state (``fire_ms``), aligned to multiples of the interval and
+    never past the window's end; merged windows keep the earliest.
     """
 
     def __init__(self, interval_ms: int) -> None:
         self.interval_ms = _positive("interval_ms", interval_ms)
+
+    def _register_timer(self, ctx: TriggerContext, time_ms: int) -> None:
+        raise NotImplementedError
+
+    def _delete_timer(self, ctx: TriggerContext, time_ms: int) -> None:
+        raise NotImplementedError
+
+    def _fire_if_due(self, time_ms: int, window: Any, ctx: TriggerContext) -> TriggerResult:
+        if ctx.get_state("fire_ms") == time_ms:
+            ctx.clear_state("fire_ms")
+            self._register_next(time_ms, window, ctx)
+            return TriggerResult.FIRE
+        return TriggerResult.CONTINUE
+
+    def _register_next(self, time_ms: int, window: Any, ctx: TriggerContext) -> None:
+        next_ms = min(time_ms + self.interval_ms, window.max_timestamp())
+        ctx.set_state("fire_ms", next_ms)
+        self._register_timer(ctx, next_ms)
+
+    def can_merge(self) -> bool:
+        return True
+
+    def on_merge(self, window: Any, ctx: TriggerContext) -> None:
+        ctx.merge_state("fire_ms", min)
+        next_ms = ctx.get_state("fire_ms")
+        if next_ms is not None:
+            self._register_timer(ctx, next_ms)
+
+    def clear(self, window: Any, ctx: TriggerContext) -> None:
+        fire_ms = ctx.get_state("fire_ms")
+        if fire_ms is not None:
+            self._delete_timer(ctx, fire_ms)
+            ctx.clear_state("fire_ms")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(interval_ms={self.interval_ms})"
+
+
+class ContinuousEventTimeTrigger(_ContinuousTrigger):
+    """Fires every ``interval_ms`` of event time while the window is open, and at its end.
+
+    Firing times are aligned to multiples of the interval and never pass the window's end.
+    """
 
     def on_element(self, value: Any, timestamp_ms: int | None, window: Any, ctx: TriggerContext) -> TriggerResult:
         max_ts = window.max_timestamp()
@@ -231,41 +275,17 @@ class ContinuousEventTimeTrigger(Trigger):
     def on_event_time(self, time_ms: int, window: Any, ctx: TriggerContext) -> TriggerResult:
         if time_ms == window.max_timestamp():
             return TriggerResult.FIRE
-        if ctx.get_state("fire_ms") == time_ms:
-            ctx.clear_state("fire_ms")
-            self._register_next(time_ms, window, ctx)
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
+        return self._fire_if_due(time_ms, window, ctx)
 
-    def _register_next(self, time_ms: int, window: Any, ctx: TriggerContext) -> None:
-        next_ms = min(time_ms + self.interval_ms, window.max_timestamp())
-        ctx.set_state("fire_ms", next_ms)
-        ctx.register_event_time_timer(next_ms)
+    def _register_timer(self, ctx: TriggerContext, time_ms: int) -> None:
+        ctx.register_event_time_timer(time_ms)
 
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window: Any, ctx: TriggerContext) -> None:
-        ctx.merge_state("fire_ms", min)
-        next_ms = ctx.get_state("fire_ms")
-        if next_ms is not None:
-            ctx.register_event_time_timer(next_ms)
-
-    def clear(self, window: Any, ctx: TriggerContext) -> None:
-        fire_ms = ctx.get_state("fire_ms")
-        if fire_ms is not None:
-            ctx.delete_event_time_timer(fire_ms)
-            ctx.clear_state("fire_ms")
-
-    def __repr__(self) -> str:
-        return f"ContinuousEventTimeTrigger(interval_ms={self.interval_ms})"
+    def _delete_timer(self, ctx: TriggerContext, time_ms: int) -> None:
+        ctx.delete_event_time_timer(time_ms)
 
 
-class ContinuousProcessingTimeTrigger(Trigger):
+class ContinuousProcessingTimeTrigger(_ContinuousTrigger):
     """Fires every ``interval_ms`` of processing time while the window has elements."""
-
-    def __init__(self, interval_ms: int) -> None:
-        self.interval_ms = _positive("interval_ms", interval_ms)
 
     def on_element(self, value: Any, timestamp_ms: int | None, window: Any, ctx: TriggerContext) -> TriggerResult:
         if ctx.get_state("fire_ms") is None:
@@ -274,34 +294,13 @@ class ContinuousProcessingTimeTrigger(Trigger):
         return TriggerResult.CONTINUE
 
     def on_processing_time(self, time_ms: int, window: Any, ctx: TriggerContext) -> TriggerResult:
-        if ctx.get_state("fire_ms") == time_ms:
-            ctx.clear_state("fire_ms")
-            self._register_next(time_ms, window, ctx)
-            return TriggerResult.FIRE
-        return TriggerResult.CONTINUE
+        return self._fire_if_due(time_ms, window, ctx)
 
-    def _register_next(self, time_ms: int, window: Any, ctx: TriggerContext) -> None:
-        next_ms = min(time_ms + self.interval_ms, window.max_timestamp())
-        ctx.set_state("fire_ms", next_ms)
-        ctx.register_processing_time_timer(next_ms)
+    def _register_timer(self, ctx: TriggerContext, time_ms: int) -> None:
+        ctx.register_processing_time_timer(time_ms)
 
-    def can_merge(self) -> bool:
-        return True
-
-    def on_merge(self, window: Any, ctx: TriggerContext) -> None:
-        ctx.merge_state("fire_ms", min)
-        next_ms = ctx.get_state("fire_ms")
-        if next_ms is not None:
-            ctx.register_processing_time_timer(next_ms)
-
-    def clear(self, window: Any, ctx: TriggerContext) -> None:
-        fire_ms = ctx.get_state("fire_ms")
-        if fire_ms is not None:
-            ctx.delete_processing_time_timer(fire_ms)
-            ctx.clear_state("fire_ms")
-
-    def __repr__(self) -> str:
-        return f"ContinuousProcessingTimeTrigger(interval_ms={self.interval_ms})"
+    def _delete_timer(self, ctx: TriggerContext, time_ms: int) -> None:
+        ctx.delete_processing_time_timer(time_ms)
 
 
 class PurgingTrigger(Trigger):
