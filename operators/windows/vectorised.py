@@ -41,7 +41,7 @@ from .triggers import EventTimeTrigger
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
 
-__all__ = ["process_batch", "why_not_vectorised"]
+__all__ = ["process_batch", "process_timestamped_batch", "why_not_vectorised"]
 
 _ROW = "__actorflow_row"
 _START = "__actorflow_window_start"
@@ -103,9 +103,19 @@ def process_batch(op: "WindowOperator", batch: pa.Table | pa.RecordBatch, timest
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     if table.num_rows == 0:
         return
-    ts = _event_time(op, table, timestamp_column)
+    process_timestamped_batch(op, table, _event_time(op, table, timestamp_column))
+
+
+def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_ms: Any) -> None:
+    """Process every row of ``table`` (a dict per row) at the event time beside it, an int64 array.
+
+    A null event time takes the per-record path, whose error names the record.
+    """
+    ts = timestamps_ms
+    if table.num_rows == 0:
+        return
     assigner: Any = op.assigner
-    vectorise = why_not_vectorised(op, table.schema) is None
+    vectorise = ts.null_count == 0 and why_not_vectorised(op, table.schema) is None
     if vectorise:
         # Window arithmetic near the ends of the int64 range would wrap: Python's ints do not.
         bounds = pc.min_max(ts).as_py()
