@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators.clock import SystemClock
-from operators.elements import MAX_WATERMARK, WatermarkStatus
+from operators.elements import WatermarkStatus
 from operators.errors import SchemaError
 from operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness
 
@@ -57,7 +57,8 @@ def event_time_ms(table: pa.Table, column: str) -> pa.Array:
 
 class BlockReader:
     """Blocks, in order, as ``("records", batch)`` items of ``batch_size`` rows, with watermarks
-    trailing the largest event time by ``out_of_orderness_ms``, then ``("end", None)``.
+    trailing the largest event time by ``out_of_orderness_ms``, then ``("end", None)``. The end
+    of all inputs ends event time (the operator actor emits the final watermark).
 
     ``blocks`` holds ``ObjectRef``s (or tables) of whole blocks, or ``(block, offset, length)``
     pieces of them. With ``idleness_ms``, a reader that waits that long for its next block says
@@ -134,8 +135,8 @@ class BlockReader:
                     yield _item(element)
             self.position = (piece_index + 1, 0)
             await asyncio.sleep(0)
-        if event_time is not None:
-            yield "watermark", MAX_WATERMARK  # a bounded input ends event time
+        # No final watermark here: a split that ends holds nothing back, but must not carry event
+        # time to its end while another split is idle; the receiver does that when all inputs end.
         yield "end", None
 
 
