@@ -216,7 +216,12 @@ def _add_partial(op: "WindowOperator", key: Any, window: TimeWindow, accs: list[
     partial = accs if isinstance(agg, Aggregations) else accs[0]
     state_key = (key, window)
     existing = op._contents.get(state_key, _EMPTY)
-    op._contents[state_key] = partial if existing is _EMPTY else agg.merge(existing, partial)  # type: ignore[union-attr]
+    if existing is not _EMPTY:
+        # A window with contents that has not fired has both its timers already (registering
+        # them again would change nothing): only the accumulators merge.
+        op._contents[state_key] = agg.merge(existing, partial)  # type: ignore[union-attr]
+        return
+    op._contents[state_key] = partial
     # What the event-time trigger's on_element does for a window still open, then the cleanup timer.
     op._timers.register_event_time_timer(window.max_timestamp(), key, window)
     op._register_cleanup_timer(key, window)
