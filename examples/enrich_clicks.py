@@ -68,6 +68,8 @@ def click_events(spark: Any, n: int, users: int) -> Any:
 
 def windows(enriched: Any, parallelism: int) -> None:
     """Per-country clicks in 1-minute tumbling windows, and per-user sessions (gap 30 minutes)."""
+    from pyspark.sql import functions as F
+
     started = time.perf_counter()
     counts_stream = (
         from_spark(enriched, timestamp_column="ts", out_of_orderness_ms=5_000, idleness_ms=10_000,
@@ -93,7 +95,8 @@ def windows(enriched: Any, parallelism: int) -> None:
     elapsed = time.perf_counter() - started
     print("\nclicks per country, 1-minute tumbling windows (first 8):")
     counts.orderBy("window_start", "country").select(
-        "country", "window_start", "window_end", "clicks", "lifetime_value").show(8, truncate=False)
+        "country", "window_start", "window_end", "clicks", F.round("lifetime_value", 2).alias("lifetime_value"),
+    ).show(8, truncate=False)
     print("sessions per user, gap 30 minutes (the 5 longest):")
     sessions.orderBy(sessions["clicks"].desc(), "user_id").select(
         "user_id", "window_start", "window_end", "clicks").show(5, truncate=False)
