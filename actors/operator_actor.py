@@ -16,6 +16,14 @@ Chaining
     actor of the last stage keeps its output (``connect(downstream=None)``) for ``take_table``.
     A job whose operators share one parallelism then runs on exactly that many actors. Side
     outputs (dead letters) always stay in the actor that produced them, for ``take_side``.
+
+Watermarks
+    A ``StatusWatermarkValve`` takes the minimum over the input channels, leaving out idle and
+    ended ones. When every channel has ended, event time ends (``MAX_WATERMARK``) if it had begun.
+
+Arrow batches
+    A head operator with ``process_timestamped_batch`` (the window operator) takes each batch
+    whole, with its event times, instead of one record at a time.
 """
 
 from __future__ import annotations
@@ -29,11 +37,11 @@ import pyarrow as pa
 
 from operators.clock import SystemClock
 from operators.errors import ActorflowError, portable
-from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark, WatermarkStatus
+from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark
 from operators.harness import AsyncioCoroutineRunner
-from operators.watermarks import StatusWatermarkValve
 from operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
 from operators.operator import OperatorChain, OperatorContext, StreamOperator
+from operators.watermarks import StatusWatermarkValve
 
 from .arrow_rows import conform_table, ipc_bytes, is_bare, table_to_rows
 from .channel import ChannelSender, InputGate
