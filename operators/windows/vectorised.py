@@ -34,9 +34,10 @@ import pyarrow.compute as pc
 
 from ..elements import MAX_WATERMARK, MIN_TIMESTAMP, Record
 from ..errors import SchemaError
-from .assigners import SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
+from .assigners import EventTimeSessionWindows, SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
 from .functions import Aggregations, BuiltinAggregate
 from .triggers import EventTimeTrigger
+from .vectorised_sessions import add_session_partial, session_groups
 
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
@@ -58,8 +59,8 @@ def _builtins(op: "WindowOperator") -> list[BuiltinAggregate] | None:
 
 def why_not_vectorised(op: "WindowOperator", schema: pa.Schema | None = None) -> str | None:
     """Why a batch for ``op`` must take the per-record path, or None if it can be vectorised."""
-    if type(op.assigner) not in (TumblingEventTimeWindows, SlidingEventTimeWindows):
-        return f"the assigner {op.assigner!r} is not a tumbling or sliding event-time one"
+    if type(op.assigner) not in (TumblingEventTimeWindows, SlidingEventTimeWindows, EventTimeSessionWindows):
+        return f"the assigner {op.assigner!r} is not a tumbling, sliding or session (static gap) event-time one"
     if type(op.trigger) is not EventTimeTrigger:
         return f"the trigger {op.trigger!r} is not the event-time trigger"
     if op.evictor is not None:
@@ -116,12 +117,22 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
         return
     assigner: Any = op.assigner
     vectorise = ts.null_count == 0 and why_not_vectorised(op, table.schema) is None
+    sessions = type(assigner) is EventTimeSessionWindows
     if vectorise:
         # Window arithmetic near the ends of the int64 range would wrap: Python's ints do not.
         bounds = pc.min_max(ts).as_py()
-        margin = 2 * assigner.size_ms
+        margin = 2 * (assigner.gap_ms if sessions else assigner.size_ms)
         vectorise = MIN_TIMESTAMP + margin < bounds["min"] and bounds["max"] < MAX_WATERMARK - margin
-    if not vectorise:
+    cut = session_groups(op, table, ts, _builtins(op) or []) if vectorise and sessions else None
+    if vectorise and sessions and cut is not None:
+        session_windows, late_rows = cut
+
+        def add_session(key: Any, window: Any, partial: Any) -> None:
+            add_session_partial(op, key, window, partial)
+
+        _interleave(op, table, ts, session_windows, late_rows, add_session)
+        return
+    if not vectorise or sessions:
         for row, t in zip(table.to_pylist(), ts.to_pylist()):
             op.process_element(Record(row, t))
         return
@@ -161,17 +172,26 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
     assigned = pa.concat_tables(pieces)
     groups = _pre_aggregate(assigned, list(op.key_fields or ()), parts)
 
+
+    def add_window(key: Any, start: Any, partial: Any) -> None:
+        _add_partial(op, key, TimeWindow(start, start + size), partial)
+
+    _interleave(op, table, ts, groups, fallback_rows, add_window)
+
+
+def _interleave(op: "WindowOperator", table: pa.Table, ts: Any, groups: list[Any], fallback_rows: list[int], add: Any) -> None:
+    """Add the pre-aggregated groups and process the fallback rows, in the order of their rows."""
     values = table.to_pylist() if fallback_rows else None
     times = ts.to_pylist() if fallback_rows else None
     next_fallback = 0
     op.metrics.records_in += table.num_rows - len(fallback_rows)
-    for first_row, key, start, partial in groups:
+    for first_row, key, window, partial in groups:
         # Interleave by row so that timers are registered in the order the per-record path would.
         while next_fallback < len(fallback_rows) and fallback_rows[next_fallback] < first_row:
             i = fallback_rows[next_fallback]
             op.process_element(Record(values[i], times[i]))  # type: ignore[index]
             next_fallback += 1
-        _add_partial(op, key, TimeWindow(start, start + size), partial)
+        add(key, window, partial)
     for i in fallback_rows[next_fallback:]:
         op.process_element(Record(values[i], times[i]))  # type: ignore[index]
 
