@@ -1,14 +1,15 @@
 """The Arrow path: assign windows and pre-aggregate a whole batch at once.
 
-For the common case (built-in aggregations on tumbling or sliding event-time windows with the
+For the common case (built-in aggregations on tumbling, sliding or session event-time windows with the
 event-time trigger, keyed by columns) the per-record work of the window operator is a group-by:
 each row is placed in its windows with array arithmetic, and ``pyarrow.compute`` sums, counts,
 and takes minima and maxima per ``(key, window)``. The partial results are merged into the same
 operator state the per-record path keeps, and the same timers are registered, so both paths can
 be mixed freely and snapshot alike.
 
+Event-time sessions with a static gap take a path of their own (``vectorised_sessions.py``).
 Everything else falls back to the per-record path, one ``Record`` per row: user functions,
-custom triggers, evictors, sessions, processing time. Rows that are late for one of their windows
+custom triggers, evictors, dynamic gaps, processing time. Rows that are late for one of their windows
 (fired already, or past cleanup) also take the per-record path, since each of them may fire a
 window or go to the side output on its own.
 
