@@ -6,7 +6,8 @@ canonical encoding of its value instead: type tag, then the value's text or byte
 
 - Supported key values: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``Decimal``,
   ``date``/``datetime``/``time``/``timedelta``, and tuples of them. A value read from an Arrow
-  column and the same value in a Python dict route alike.
+  column and the same value in a Python dict route alike, and so do keys that are equal in Python
+  (``1``, ``1.0``, ``True`` and ``Decimal(1)`` key one window, so they go to one instance).
 - A batch keyed by a column is routed without a Python call per row: the column is dictionary
   encoded and each distinct key hashed once.
 
@@ -38,12 +39,13 @@ __all__ = ["KeyRouter", "as_router", "stable_hash"]
 def _encode(key: Any, out: list[bytes]) -> None:
     if key is None:
         out.append(b"n;")
-    elif isinstance(key, bool):
-        out.append(b"b1;" if key else b"b0;")
-    elif isinstance(key, int):
+    elif isinstance(key, int):  # bool too: True == 1 keys one window, so it must route alike
         out.append(b"i%d;" % key)
     elif isinstance(key, float):
-        out.append(b"f" + repr(key).encode() + b";")
+        if key.is_integer():
+            out.append(b"i%d;" % int(key))  # 2.0 == 2
+        else:
+            out.append(b"f" + repr(key).encode() + b";")
     elif isinstance(key, str):
         data = key.encode("utf-8", "surrogatepass")
         out.append(b"s%d:" % len(data))
@@ -52,7 +54,12 @@ def _encode(key: Any, out: list[bytes]) -> None:
         out.append(b"y%d:" % len(key))
         out.append(key)
     elif isinstance(key, Decimal):
-        out.append(b"d" + str(key.normalize()).encode() + b";")
+        if key.is_finite() and key == key.to_integral_value():
+            out.append(b"i%d;" % int(key))
+        elif float(key) == key:  # Decimal("2.5") == 2.5
+            _encode(float(key), out)
+        else:
+            out.append(b"d" + str(key.normalize()).encode() + b";")
     elif isinstance(key, (_dt.datetime, _dt.date, _dt.time)):
         out.append(b"t" + key.isoformat().encode() + b";")
     elif isinstance(key, _dt.timedelta):

@@ -43,6 +43,15 @@ def test_a_key_hashes_alike_in_processes_with_different_hash_seeds():
     assert seen[0] == seen[1] == f"{[stable_hash(k) for k in KEYS + [('a', 1)]]}\n"
 
 
+@pytest.mark.parametrize("equal_keys", [(1, 1.0, True), (0.5,), (("a", 2), ("a", 2.0))])
+def test_keys_that_are_equal_in_python_hash_alike(equal_keys):
+    from decimal import Decimal
+
+    assert len({stable_hash(k) for k in equal_keys}) == 1
+    assert stable_hash(Decimal("2.50")) == stable_hash(2.5) and stable_hash(Decimal(3)) == stable_hash(3)
+    assert stable_hash(1) != stable_hash("1")
+
+
 def test_a_batch_split_by_key_column_routes_each_row_as_the_per_record_path(ray_session):
     from actors.arrow_rows import RowBatch
 
