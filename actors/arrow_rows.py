@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from operators.errors import SchemaError, describe_value
 
 __all__ = [
-    "RowBatch", "SchemaTracker", "VALUE_COLUMN", "conform_table", "ipc_bytes", "rows_to_batch", "table_to_rows",
+    "RowBatch", "SchemaTracker", "VALUE_COLUMN", "conform_table", "ipc_bytes", "is_bare", "rows_to_batch", "table_to_rows",
     "unify_output_schemas",
 ]
 
@@ -47,12 +47,18 @@ class RowBatch(NamedTuple):
         return RowBatch(self.table.slice(offset, length), ts)
 
 
+def is_bare(table: pa.Table) -> bool:
+    """True for a batch of bare values (not dicts) in one ``value`` column."""
+    metadata = table.schema.metadata
+    return table.column_names == [VALUE_COLUMN] and bool(metadata) and metadata.get(b"actorflow.bare") == b"1"
+
+
 def table_to_rows(batch: RowBatch) -> Iterator[tuple[Any, int | None]]:
     """``(value, timestamp_ms)`` per row; a bare-value batch yields bare values."""
     table = batch.table
     timestamps: Sequence[int | None]
     timestamps = batch.timestamps.to_pylist() if batch.timestamps is not None else [None] * table.num_rows
-    if table.column_names == [VALUE_COLUMN] and table.schema.metadata and table.schema.metadata.get(b"actorflow.bare") == b"1":
+    if is_bare(table):
         values: list[Any] = table.column(0).to_pylist()
     else:
         values = table.to_pylist()

@@ -16,6 +16,14 @@ Chaining
     actor of the last stage keeps its output (``connect(downstream=None)``) for ``take_table``.
     A job whose operators share one parallelism then runs on exactly that many actors. Side
     outputs (dead letters) always stay in the actor that produced them, for ``take_side``.
+
+Watermarks
+    A ``StatusWatermarkValve`` takes the minimum over the input channels, leaving out idle and
+    ended ones. When every channel has ended, event time ends (``MAX_WATERMARK``) if it had begun.
+
+Arrow batches
+    A head operator with ``process_timestamped_batch`` (the window operator) takes each batch
+    whole, with its event times, instead of one record at a time.
 """
 
 from __future__ import annotations
@@ -29,12 +37,13 @@ import pyarrow as pa
 
 from operators.clock import SystemClock
 from operators.errors import ActorflowError, portable
-from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark, WatermarkStatus
+from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark
 from operators.coroutine_runner import AsyncioCoroutineRunner
 from operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
 from operators.operator import OperatorChain, OperatorContext, StreamOperator
+from operators.watermarks import StatusWatermarkValve
 
-from .arrow_rows import conform_table, ipc_bytes, table_to_rows
+from .arrow_rows import conform_table, ipc_bytes, is_bare, table_to_rows
 from .channel import ChannelSender, InputGate
 from .metrics import OperatorMetricsExporter
 from .naming import instance_name
@@ -83,10 +92,12 @@ class OperatorActor:
         self._suspension: Suspension | None = None
         self._rows: list[tuple[Any, int | None]] | None = None
         self._row_pos = 0
-        self._watermarks = [MIN_TIMESTAMP] * spec.num_inputs
-        self._idle = [False] * spec.num_inputs
-        self._ended = [False] * spec.num_inputs
+        self._valve = StatusWatermarkValve(spec.num_inputs)
+        self._ended: set[int] = set()
         self._current_watermark = MIN_TIMESTAMP
+        # A head operator that takes whole Arrow batches (the window operator's vectorised path).
+        self._arrow_head: Callable[[pa.Table, pa.Array], None] | None = getattr(
+            self._chain.head, "process_timestamped_batch", None)
         self._finishing = False
         self._batches_in = 0
         self._records_in = 0
@@ -322,33 +333,38 @@ class OperatorActor:
         channel, kind, payload = item
         if kind == "records":
             self._batches_in += 1
+            if self._arrow_head is not None and payload.timestamps is not None and not is_bare(payload.table):
+                self._records_in += payload.num_rows
+                self._arrow_head(payload.table, payload.timestamps)
+                return
             self._rows = list(table_to_rows(payload))
             self._row_pos = 0
         elif kind == "watermark":
-            self._watermarks[channel] = max(self._watermarks[channel], payload)
-            self._advance_watermark()
+            self._forward(self._valve.input_watermark(channel, payload))
         elif kind == "status":
-            self._idle[channel] = bool(payload)
-            self._advance_watermark()
+            self._forward(self._valve.input_watermark_status(channel, bool(payload)))
         elif kind == "end":
-            self._ended[channel] = True
-            if all(self._ended):
+            if channel in self._ended:
+                return
+            self._ended.add(channel)
+            self._forward(self._valve.input_ended(channel))
+            if len(self._ended) == self.spec.num_inputs:
+                if MIN_TIMESTAMP < self._current_watermark < MAX_WATERMARK:
+                    # A bounded input ends event time, whatever its splits said: every window fires.
+                    self._forward([Watermark(MAX_WATERMARK)])
                 self._finishing = True
                 chain.end_input()
         else:
             raise ValueError(f"{self.name}: unknown channel item kind {kind!r}")
 
-    def _advance_watermark(self) -> None:
-        # The minimum over inputs; idle and ended inputs hold nothing back.
-        active = [w for w, idle, ended in zip(self._watermarks, self._idle, self._ended) if not idle and not ended]
-        if not active:
-            if all(self._idle):
-                self._chain.process_watermark_status(WatermarkStatus(True))
-            return
-        new = min(active)
-        if new > self._current_watermark:
-            self._current_watermark = new
-            self._chain.process_watermark(Watermark(new))
+    def _forward(self, elements: list[Any]) -> None:
+        # What the valve lets through: the minimum watermark over the live, active inputs.
+        for element in elements:
+            if isinstance(element, Watermark):
+                self._current_watermark = element.timestamp_ms
+                self._chain.process_watermark(element)
+            else:
+                self._chain.process_watermark_status(element)
 
     def _suspend(self, controller: DefaultActionController) -> None:
         self._suspension = controller.suspend_default_action()
@@ -377,7 +393,8 @@ class OperatorActor:
         in_flight = 0
         queue_depth = 0
         totals = {"records_out": self._output.records_out if hasattr(self, "_output") else 0,
-                  "retries": 0, "timeouts": 0, "dead_letters": 0, "failures": 0}
+                  "retries": 0, "timeouts": 0, "dead_letters": 0, "failures": 0,
+                  "late_records_dropped": 0}
         for op in self._chain.operators:
             queue = getattr(op, "queue", None)
             if queue is not None:
@@ -385,8 +402,8 @@ class OperatorActor:
                 in_flight += sum(1 for e in queue if not e.done)
             metrics = getattr(op, "metrics", None)
             if metrics is not None:
-                for k in ("retries", "timeouts", "dead_letters", "failures"):
-                    totals[k] += getattr(metrics, k)
+                for k in ("retries", "timeouts", "dead_letters", "failures", "late_records_dropped"):
+                    totals[k] += getattr(metrics, k, 0)
         wm = self._current_watermark
         return {
             "name": self.name,

@@ -13,6 +13,7 @@ from operators.elements import Record, Watermark, WatermarkStatus
 
 from .arrow_rows import SchemaTracker, rows_to_batch
 from .channel import ChannelSender
+from .keys import KeyRouter, as_router
 
 __all__ = ["BatchingOutput", "LocalSink", "Outbox", "Partitioner"]
 
@@ -20,21 +21,24 @@ __all__ = ["BatchingOutput", "LocalSink", "Outbox", "Partitioner"]
 class Partitioner:
     """Which downstream channel a record goes to: forward, rebalance or hash by key."""
 
-    def __init__(self, kind: str, num_targets: int, key: Callable[[Any], Any] | None = None) -> None:
+    def __init__(self, kind: str, num_targets: int, key: KeyRouter | Any = None) -> None:
         if kind not in ("forward", "rebalance", "hash"):
             raise ValueError(f"partitioning must be 'forward', 'rebalance' or 'hash', got {kind!r}")
         # A forward channel has exactly one target: the instance with the same index.
         self.kind = kind
         self.num_targets = 1 if kind == "forward" else num_targets
-        self._key = key
+        self._router = as_router(key) if kind == "hash" else None
+        if kind == "hash" and self._router is None:
+            raise ValueError("hash partitioning needs a key, got None")
         self._round_robin = itertools.cycle(range(self.num_targets))
 
     def target(self, value: Any) -> int:
         if self.num_targets == 1:
             return 0
         if self.kind == "hash":
-            assert self._key is not None
-            return hash(self._key(value)) % self.num_targets
+            # A stable hash: the same key goes to the same instance from every upstream actor.
+            assert self._router is not None
+            return self._router.target(value, self.num_targets)
         return 0  # rebalance picks per batch, see next_batch_target
 
     def next_batch_target(self) -> int:

@@ -16,11 +16,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.elements import MAX_WATERMARK
+from operators.clock import SystemClock
+from operators.elements import WatermarkStatus
 from operators.errors import SchemaError
+from operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness
 
 from .arrow_rows import RowBatch
 from .channel import ChannelSender
+from .keys import KeyRouter, as_router
 from .naming import instance_name
 
 __all__ = ["BlockReader", "SourceActor", "event_time_ms"]
@@ -54,7 +57,15 @@ def event_time_ms(table: pa.Table, column: str) -> pa.Array:
 
 class BlockReader:
     """Blocks, in order, as ``("records", batch)`` items of ``batch_size`` rows, with watermarks
-    trailing the largest event time by ``out_of_orderness_ms``, then ``("end", None)``."""
+    trailing the largest event time by ``out_of_orderness_ms``, then ``("end", None)``. The end
+    of all inputs ends event time (the operator actor emits the final watermark).
+
+    ``blocks`` holds ``ObjectRef``s (or tables) of whole blocks, or ``(block, offset, length)``
+    pieces of them. With ``idleness_ms``, a reader that waits that long for its next block says
+    it is idle (``("status", True)``), so that it holds back no one's watermark; its next records
+    make it active again (``("status", False)`` before them). Waiting for room downstream
+    (backpressure) never makes a reader idle.
+    """
 
     def __init__(
         self,
@@ -63,47 +74,89 @@ class BlockReader:
         batch_size: int = 2048,
         timestamp_column: str | None = None,
         out_of_orderness_ms: int = 0,
+        idleness_ms: int | None = None,
     ) -> None:
         self._blocks = blocks
         self._batch_size = batch_size
         self._timestamp_column = timestamp_column
         self._out_of_orderness_ms = out_of_orderness_ms
+        self._idleness_ms = idleness_ms
         self.position = (0, 0)
         self.rows_read = 0
+
+    def _generator(self) -> Any:
+        generator: Any = BoundedOutOfOrdernessWatermarks(self._out_of_orderness_ms)
+        if self._idleness_ms is not None:
+            generator = WatermarksWithIdleness(generator, self._idleness_ms, SystemClock())
+        return generator
 
     async def items(self) -> AsyncIterator[tuple[str, Any]]:
         """The items; the position moves once the consumer asks for the next one."""
         event_time = self._timestamp_column
-        max_ts: int | None = None
-        for block_index, ref in enumerate(self._blocks):
-            table = ref if isinstance(ref, pa.Table) else await ref
-            if not isinstance(table, pa.Table):  # a pandas block
-                table = pa.Table.from_pandas(table, preserve_index=False)
-            whole = RowBatch(table, event_time_ms(table, event_time) if event_time is not None else None)
-            for offset in range(0, table.num_rows, self._batch_size):
-                batch = whole.slice(offset, self._batch_size)
+        watermarks = self._generator()
+        tick_s = None if self._idleness_ms is None else min(self._idleness_ms, 100) / 1000
+        last_ref: Any = None
+        whole: RowBatch | None = None
+        for piece_index, piece in enumerate(self._blocks):
+            ref, first, length = piece if isinstance(piece, tuple) else (piece, 0, None)
+            if whole is None or ref is not last_ref:
+                if isinstance(ref, pa.Table):
+                    table = ref
+                else:
+                    future = asyncio.ensure_future(ref)
+                    while tick_s is not None:
+                        done, _ = await asyncio.wait({future}, timeout=tick_s)
+                        if done:
+                            break
+                        for element in watermarks.on_periodic_emit():  # idle after idleness_ms
+                            yield _item(element)
+                    table = await future
+                if not isinstance(table, pa.Table):  # a pandas block
+                    table = pa.Table.from_pandas(table, preserve_index=False)
+                whole = RowBatch(table, event_time_ms(table, event_time) if event_time is not None else None)
+                last_ref = ref
+            stop = whole.num_rows if length is None else min(whole.num_rows, first + length)
+            for offset in range(first, stop, self._batch_size):
+                batch = whole.slice(offset, min(self._batch_size, stop - offset))
+                after: list[Any] = []
+                if batch.timestamps is not None and batch.num_rows:
+                    watermarks.on_event(pc.max(batch.timestamps).as_py())
+                    for element in watermarks.on_periodic_emit():
+                        # Back from idleness before the records; a watermark only after them,
+                        # or it would make them late.
+                        if isinstance(element, WatermarkStatus):
+                            yield _item(element)
+                        else:
+                            after.append(element)
                 yield "records", batch
                 self.rows_read += batch.num_rows
-                self.position = (block_index, offset + batch.num_rows)
-                if batch.timestamps is not None and batch.num_rows:
-                    batch_max = pc.max(batch.timestamps).as_py()
-                    if max_ts is None or batch_max > max_ts:
-                        max_ts = batch_max
-                        yield "watermark", max_ts - self._out_of_orderness_ms - 1
-            self.position = (block_index + 1, 0)
+                self.position = (piece_index, offset - first + batch.num_rows)
+                for element in after:
+                    yield _item(element)
+            self.position = (piece_index + 1, 0)
             await asyncio.sleep(0)
-        if event_time is not None:
-            yield "watermark", MAX_WATERMARK  # a bounded input ends event time
+        # No final watermark here: a split that ends holds nothing back, but must not carry event
+        # time to its end while another split is idle; the receiver does that when all inputs end.
         yield "end", None
+
+
+def _item(element: Any) -> tuple[str, Any]:
+    if isinstance(element, WatermarkStatus):
+        return "status", element.idle
+    return "watermark", element.timestamp_ms
 
 
 class SourceActor:
     """Runs a ``BlockReader`` and sends its items over channels to the first stage."""
 
-    def __init__(self, job: str, name: str, index: int, parallelism: int, reader: BlockReader, *, credits: int = 4) -> None:
+    def __init__(
+        self, job: str, name: str, index: int, parallelism: int, reader: BlockReader, *, credits: int = 4,
+        key: KeyRouter | Any = None,
+    ) -> None:
         self.name = instance_name(job, name, index, parallelism)
         self._reader = reader
         self._credits = credits
+        self._router = as_router(key)
 
     def __repr__(self) -> str:
         return self.name
@@ -115,11 +168,17 @@ class SourceActor:
         self._senders = [ChannelSender(h, channel_id, credits=self._credits) for h in downstream]
 
     async def run(self) -> dict[str, Any]:
-        """Batches go round-robin over the targets; watermarks and the end go to all of them."""
+        """Batches go round-robin over the targets, or by key with ``key``; watermarks, statuses
+        and the end go to all of them."""
         senders = self._senders
+        router = self._router
         turn = 0
         async for kind, payload in self._reader.items():
-            if kind == "records":
+            if kind == "records" and router is not None:
+                for sender, part in zip(senders, router.split(payload, len(senders))):
+                    if part.num_rows:
+                        await sender.send(kind, part)
+            elif kind == "records":
                 await senders[turn].send(kind, payload)
                 turn = (turn + 1) % len(senders)
             else:

@@ -3,5 +3,9 @@
 from .datastream import DataStream, from_arrow, from_blocks
 from .job import JobResult, run_job
 from .job_graph import JobGraph, OperatorNode, SourceNode, Stage
+from .windowed import KeyedStream, WindowedStream
 
-__all__ = ["DataStream", "JobGraph", "JobResult", "OperatorNode", "SourceNode", "Stage", "from_arrow", "from_blocks", "run_job"]
+__all__ = [
+    "DataStream", "JobGraph", "JobResult", "KeyedStream", "OperatorNode", "SourceNode", "Stage", "WindowedStream",
+    "from_arrow", "from_blocks", "run_job",
+]

@@ -29,6 +29,7 @@ from operators.retry import RetryStrategy
 
 from .job import JobResult, run_job
 from .job_graph import JobGraph, OperatorNode, SourceNode
+from .windowed import KeyedStream
 
 __all__ = ["DataStream", "from_arrow", "from_blocks"]
 
@@ -185,6 +186,14 @@ class DataStream:
         _check_callable(operator_factory, "transform")
         return self._with(OperatorNode(name, operator_factory, self._parallelism(parallelism)))
 
+    def key_by(self: S, key: Any, *, parallelism: int | None = None) -> "KeyedStream[S]":
+        """Partition by ``key``: a column name, a tuple of them, or a function of the record.
+
+        Every record of one key reaches the same instance of what follows (a window), from every
+        upstream actor and in every run: keys route by a stable hash, never Python's ``hash()``.
+        """
+        return KeyedStream(self, key, self._parallelism(parallelism))
+
     def rebalance(self: S, parallelism: int) -> S:
         """Spread records round-robin over ``parallelism`` instances of what follows."""
         return self._with(OperatorNode("rebalance", lambda: StreamOperator(), self._parallelism(parallelism), "rebalance"))
@@ -194,7 +203,8 @@ class DataStream:
     def execute(self, *, output_schema: pa.Schema | None = None, progress: bool = True) -> JobResult:
         """Run the pipeline to the end of its input; the output stays in the object store."""
         self._check_ray()
-        return run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress)
+        return run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress,
+                       side_tags=("dead_letter", *self._graph.side_tags))
 
     @staticmethod
     def _check_ray() -> None:
@@ -248,10 +258,13 @@ def from_blocks(
     batch_size: int = 2048,
     job_name: str | None = None,
     schema: pa.Schema | None = None,
+    idleness_ms: int | None = None,
 ) -> DataStream:
     """A stream over Arrow blocks in the object store (``ObjectRef``s of ``pyarrow.Table``).
 
-    ``schema`` is the blocks' schema: output columns of the same name keep its types.
+    ``schema`` is the blocks' schema: output columns of the same name keep its types. With
+    ``timestamp_column``, watermarks trail the largest event time by ``out_of_orderness_ms``,
+    and a split that waits ``idleness_ms`` for data goes idle, holding back no watermark.
     """
     if len(blocks) != len(block_rows):
         raise ConfigurationError(f"got {len(blocks)} blocks but {len(block_rows)} row counts")
@@ -259,8 +272,9 @@ def from_blocks(
         raise ConfigurationError(f"parallelism must be an int >= 1, got {parallelism!r}")
     if batch_size < 1:
         raise ConfigurationError(f"batch_size must be >= 1, got {batch_size}")
+    check_event_time_settings(out_of_orderness_ms, idleness_ms)
     source = SourceNode(blocks, block_rows, parallelism, timestamp_column, out_of_orderness_ms, batch_size,
-                        schema=schema)
+                        schema=schema, idleness_ms=idleness_ms)
     return DataStream(JobGraph(source), job_name=job_name)
 
 
@@ -273,3 +287,10 @@ def from_arrow(tables: Sequence[pa.Table], **kwargs: Any) -> DataStream:
             event_time_ms(table, timestamp_column)  # nulls and wrong types fail here, at build time
     kwargs.setdefault("schema", tables[0].schema if tables else None)
     return from_blocks([ray.put(t) for t in tables], [t.num_rows for t in tables], **kwargs)
+
+
+def check_event_time_settings(out_of_orderness_ms: int, idleness_ms: int | None) -> None:
+    if isinstance(out_of_orderness_ms, bool) or not isinstance(out_of_orderness_ms, int) or out_of_orderness_ms < 0:
+        raise ConfigurationError(f"out_of_orderness_ms must be an int >= 0, got {out_of_orderness_ms!r}")
+    if idleness_ms is not None and (isinstance(idleness_ms, bool) or not isinstance(idleness_ms, int) or idleness_ms <= 0):
+        raise ConfigurationError(f"idleness_ms must be an int > 0 or None, got {idleness_ms!r}")

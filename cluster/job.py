@@ -130,7 +130,7 @@ def run_job(
             downstream_partitioning = stage.partitioning
 
         # The processes start while the input is prepared.
-        splits = source.split()
+        splits = graph.splits()
         connects = [
             actor.connect.remote(targets, _reader(source, splits[i]) if reads_source else None)
             for actor, targets, reads_source, i in wiring
@@ -141,7 +141,8 @@ def run_job(
             for i in range(source.parallelism):
                 name = instance_name(job, source.name, i, source.parallelism)
                 handle = _remote(SourceActor, name, actor_num_cpus).remote(
-                    job, source.name, i, source.parallelism, _reader(source, splits[i]))
+                    job, source.name, i, source.parallelism, _reader(source, splits[i]),
+                    key=stages[0].key if stages[0].partitioning == "hash" else None)
                 connects.append(handle.connect.remote(first, i))
                 sources.append(handle)
             handles.extend(sources)
@@ -177,6 +178,7 @@ def _reader(source: SourceNode, blocks: list[Any]) -> BlockReader:
         batch_size=source.batch_size,
         timestamp_column=source.timestamp_column,
         out_of_orderness_ms=source.out_of_orderness_ms,
+        idleness_ms=source.idleness_ms,
     )
 
 

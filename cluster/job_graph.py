@@ -20,7 +20,10 @@ __all__ = ["JobGraph", "OperatorNode", "SourceNode", "Stage"]
 
 @dataclass
 class SourceNode:
-    """Blocks of Arrow data, split over ``parallelism`` readers in contiguous ranges.
+    """Blocks of Arrow data, split over ``parallelism`` readers.
+
+    Splits are contiguous ranges of blocks, so that input order can be kept, unless the job
+    routes by key (see ``JobGraph.splits``).
 
     The blocks may come from a ``loader``, called once, when the job first needs them: a job
     then starts its actors while its input is still being prepared (for example converted from
@@ -36,6 +39,7 @@ class SourceNode:
     name: str = "source"
     loader: Callable[[], tuple[list[Any], list[int]]] | None = None
     schema: pa.Schema | None = None  # the blocks' columns, whose types the output keeps
+    idleness_ms: int | None = None  # a split that waits this long for data goes idle
 
     def load(self) -> None:
         """Fetch the blocks from the loader, if that has not happened yet."""
@@ -53,11 +57,25 @@ class SourceNode:
         assert self.block_rows is not None
         return sum(self.block_rows)
 
-    def split(self) -> list[list[Any]]:
-        """Contiguous block ranges of about equal row counts, in order (so order can be kept)."""
+    def split(self, interleave: bool = False) -> list[list[Any]]:
+        """Contiguous block ranges of about equal row counts, in order (so order can be kept).
+
+        With ``interleave``, pieces of ``batch_size`` rows are dealt round-robin instead, as
+        ``(block, offset, length)``: on input sorted by event time every split then moves
+        through time at about the same pace, so that the slowest split, which holds the
+        watermark back, is never far behind the others and window state stays small.
+        """
         self.load()
         assert self.blocks is not None and self.block_rows is not None
         n = self.parallelism
+        if interleave:
+            pieces: list[list[Any]] = [[] for _ in range(n)]
+            turn = 0
+            for block, rows in zip(self.blocks, self.block_rows):
+                for offset in range(0, rows, self.batch_size):
+                    pieces[turn].append((block, offset, min(self.batch_size, rows - offset)))
+                    turn = (turn + 1) % n
+            return pieces
         total = self.total_rows
         ranges: list[list[Any]] = [[] for _ in range(n)]
         seen = 0
@@ -74,7 +92,8 @@ class OperatorNode:
     factory: Callable[[], StreamOperator]
     parallelism: int
     partitioning: str = "forward"  # how records reach this node from the one before
-    key: Callable[[Any], Any] | None = None
+    key: Any = None  # with "hash": a column name, a tuple of them, or a function of the record
+    side_tags: tuple[str, ...] = ()  # side outputs it writes (the late-data tag of a window)
 
 
 @dataclass
@@ -84,7 +103,7 @@ class Stage:
     nodes: list[OperatorNode]
     parallelism: int
     partitioning: str
-    key: Callable[[Any], Any] | None = None
+    key: Any = None
 
     @property
     def name(self) -> str:
@@ -104,6 +123,19 @@ class JobGraph:
                 i += 1
             node.name = f"{base}_{i}"
         return JobGraph(self.source, [*self.nodes, node])
+
+    @property
+    def side_tags(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(tag for node in self.nodes for tag in node.side_tags))
+
+    @property
+    def routes_by_key(self) -> bool:
+        return any(node.partitioning == "hash" for node in self.nodes)
+
+    def splits(self) -> list[list[Any]]:
+        """The source's splits: interleaved when the job routes by key, whose output order is
+        the windows' and not the input's; contiguous otherwise, so that order can be kept."""
+        return self.source.split(interleave=self.routes_by_key)
 
     def stages(self) -> list[Stage]:
         """Fuse nodes into stages; the first stage reads the source with forward channels."""

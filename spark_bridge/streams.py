@@ -6,13 +6,14 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import ray
 
 from actors.source_actor import event_time_ms
-from cluster.datastream import DataStream
+from cluster.datastream import DataStream, check_event_time_settings
 from cluster.job import JobResult, run_job
 from cluster.job_graph import JobGraph, SourceNode
 from operators.async_wait_operator import DEAD_LETTER, DeadLetter
@@ -94,10 +95,16 @@ class SparkDataStream(DataStream):
 
         self._check_ray()
         result = run_job(self._graph, job_name=self.job_name, output_schema=schema, progress=progress,
-                         on_finish=write_ipc)
+                         on_finish=write_ipc, side_tags=(DEAD_LETTER, *self._graph.side_tags))
         self.last_result = result
         target, blocks = result.finished
         out = ipc_blocks_to_dataframe(self._spark, target, blocks)
+        dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
+        if dropped:
+            warnings.warn(
+                f"{dropped} late records were dropped by windows without a late-data side output; "
+                "call side_output_late_data(tag) on the window to keep them", stacklevel=2,
+            )
         if not dead_letters:
             letters = result.side_outputs.get(DEAD_LETTER, [])
             if letters:
@@ -106,6 +113,34 @@ class SparkDataStream(DataStream):
                 )
             return out
         return out, dead_letters_to_dataframe(self._spark, result.side_outputs.get(DEAD_LETTER, []), self._input_schema)
+
+
+    def get_side_output(self, tag: str) -> "DataFrame":
+        """The records of side output ``tag`` (a window's late data) from the last ``to_spark()``,
+        with the columns and types of the input.
+
+        >>> counts = stream.key_by("country").window(w).side_output_late_data("late").count()  # doctest: +SKIP
+        >>> df = counts.to_spark(); late = counts.get_side_output("late")                       # doctest: +SKIP
+        """
+        result = getattr(self, "last_result", None)
+        if result is None:
+            raise ConfigurationError(f"get_side_output({tag!r}) needs a finished run; call to_spark() first")
+        if tag not in result.side_outputs:
+            raise ConfigurationError(
+                f"no side output {tag!r}; this stream has {sorted(t for t in result.side_outputs if t != DEAD_LETTER)}"
+            )
+        return records_to_dataframe(self._spark, result.side_outputs[tag], self._input_schema)
+
+
+def records_to_dataframe(spark: "SparkSession", values: list[Any], input_schema: pa.Schema) -> "DataFrame":
+    """Records (dicts) as a DataFrame whose columns keep the input's types; new columns are inferred."""
+    if not values:
+        return tables_to_dataframe(spark, [input_schema.empty_table()], input_schema)
+    table = SchemaTracker(input_schema).table([dict(v) if isinstance(v, dict) else {"value": v} for v in values])
+    schema = pa.unify_schemas([input_schema, table.schema], promote_options="permissive")
+    columns = [f for f in schema if f.name in table.column_names or f.name in input_schema.names]
+    target = pa.schema(columns)
+    return tables_to_dataframe(spark, [conform_table(table, target)], target)
 
 
 def dead_letter_names(record_columns: list[str]) -> dict[str, str]:
@@ -154,12 +189,14 @@ def from_spark(
     parallelism: int | None = None,
     batch_size: int = 2048,
     job_name: str | None = None,
+    idleness_ms: int | None = None,
 ) -> SparkDataStream:
     """A stream over the rows of ``df``, in order, split over ``parallelism`` source readers.
 
     With ``timestamp_column``, each record carries its event time (a timestamp, date or integer
     milliseconds column; nulls are rejected here, naming the column and the count), and the
-    sources emit watermarks that trail the largest time seen by ``out_of_orderness_ms``.
+    sources emit watermarks that trail the largest time seen by ``out_of_orderness_ms``; a split
+    that waits ``idleness_ms`` for its data goes idle and holds back no watermark.
 
     Like a Spark transformation, this reads nothing yet: the first run of the stream snapshots
     ``df`` into Ray's object store while it starts its actors, and later runs of the same stream
@@ -167,6 +204,7 @@ def from_spark(
     """
     if parallelism is not None and (not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1):
         raise ConfigurationError(f"parallelism must be an int >= 1 (or None for one per core, up to 4), got {parallelism!r}")
+    check_event_time_settings(out_of_orderness_ms, idleness_ms)
     ensure_ray()
     check_dataframe(df)
     if parallelism is None:
@@ -183,7 +221,8 @@ def from_spark(
     if timestamp_column is not None:
         event_time_ms(input_schema.empty_table(), timestamp_column)  # the type check
     stream = SparkDataStream(JobGraph(SourceNode(None, None, parallelism, timestamp_column, out_of_orderness_ms,
-                                                 batch_size, schema=input_schema)), job_name=job_name)
+                                                 batch_size, schema=input_schema, idleness_ms=idleness_ms)),
+                             job_name=job_name)
     stream._spark, stream._input_schema = df.sparkSession, input_schema
     snapshot: list[Any] = []
 

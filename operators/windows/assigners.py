@@ -125,6 +125,9 @@ class MergingWindowAssigner(WindowAssigner[W]):
         raise NotImplementedError
 
 
+_T = TypeVar("_T")
+
+
 def _positive(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigurationError(f"{name} must be an int of milliseconds, got {value!r}")
@@ -145,6 +148,11 @@ class _Tumbling(WindowAssigner[TimeWindow]):
     def __init__(self, size_ms: int, offset_ms: int = 0) -> None:
         self.size_ms = _positive("size_ms", size_ms)
         self.offset_ms = _offset(offset_ms, size_ms, "size_ms")
+
+    @classmethod
+    def of(cls: type[_T], size_ms: int, offset_ms: int = 0) -> _T:
+        """Flink's ``of(size, offset)``: the same as the constructor."""
+        return cls(size_ms, offset_ms)  # type: ignore[call-arg]
 
     def assign_windows(self, value: Any, timestamp_ms: int, processing_time_ms: int) -> list[TimeWindow]:
         t = timestamp_ms if self.is_event_time else processing_time_ms
@@ -180,6 +188,11 @@ class _Sliding(WindowAssigner[TimeWindow]):
         self.size_ms = _positive("size_ms", size_ms)
         self.slide_ms = _positive("slide_ms", slide_ms)
         self.offset_ms = _offset(offset_ms, slide_ms, "slide_ms")
+
+    @classmethod
+    def of(cls: type[_T], size_ms: int, slide_ms: int, offset_ms: int = 0) -> _T:
+        """Flink's ``of(size, slide, offset)``: the same as the constructor."""
+        return cls(size_ms, slide_ms, offset_ms)  # type: ignore[call-arg]
 
     def assign_windows(self, value: Any, timestamp_ms: int, processing_time_ms: int) -> list[TimeWindow]:
         t = timestamp_ms if self.is_event_time else processing_time_ms
@@ -235,6 +248,11 @@ def merge_time_windows(windows: Sequence[TimeWindow], merge: Callable[[list[Time
 class _Session(MergingWindowAssigner[TimeWindow]):
     def __init__(self, gap_ms: int) -> None:
         self.gap_ms = _positive("gap_ms", gap_ms)
+
+    @classmethod
+    def with_gap(cls: type[_T], gap_ms: int) -> _T:
+        """Flink's ``withGap(gap)``: the same as the constructor."""
+        return cls(gap_ms)  # type: ignore[call-arg]
 
     def _gap(self, value: Any) -> int:
         return self.gap_ms

@@ -1,14 +1,15 @@
 """The Arrow path: assign windows and pre-aggregate a whole batch at once.
 
-For the common case (built-in aggregations on tumbling or sliding event-time windows with the
+For the common case (built-in aggregations on tumbling, sliding or session event-time windows with the
 event-time trigger, keyed by columns) the per-record work of the window operator is a group-by:
 each row is placed in its windows with array arithmetic, and ``pyarrow.compute`` sums, counts,
 and takes minima and maxima per ``(key, window)``. The partial results are merged into the same
 operator state the per-record path keeps, and the same timers are registered, so both paths can
 be mixed freely and snapshot alike.
 
+Event-time sessions with a static gap take a path of their own (``vectorised_sessions.py``).
 Everything else falls back to the per-record path, one ``Record`` per row: user functions,
-custom triggers, evictors, sessions, processing time. Rows that are late for one of their windows
+custom triggers, evictors, dynamic gaps, processing time. Rows that are late for one of their windows
 (fired already, or past cleanup) also take the per-record path, since each of them may fire a
 window or go to the side output on its own.
 
@@ -34,14 +35,15 @@ import pyarrow.compute as pc
 
 from ..elements import MAX_WATERMARK, MIN_TIMESTAMP, Record
 from ..errors import SchemaError
-from .assigners import SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
+from .assigners import EventTimeSessionWindows, SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
 from .functions import Aggregations, BuiltinAggregate
 from .triggers import EventTimeTrigger
+from .vectorised_sessions import add_session_partial, session_groups
 
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
 
-__all__ = ["process_batch", "why_not_vectorised"]
+__all__ = ["process_batch", "process_timestamped_batch", "why_not_vectorised"]
 
 _ROW = "__actorflow_row"
 _START = "__actorflow_window_start"
@@ -58,8 +60,8 @@ def _builtins(op: "WindowOperator") -> list[BuiltinAggregate] | None:
 
 def why_not_vectorised(op: "WindowOperator", schema: pa.Schema | None = None) -> str | None:
     """Why a batch for ``op`` must take the per-record path, or None if it can be vectorised."""
-    if type(op.assigner) not in (TumblingEventTimeWindows, SlidingEventTimeWindows):
-        return f"the assigner {op.assigner!r} is not a tumbling or sliding event-time one"
+    if type(op.assigner) not in (TumblingEventTimeWindows, SlidingEventTimeWindows, EventTimeSessionWindows):
+        return f"the assigner {op.assigner!r} is not a tumbling, sliding or session (static gap) event-time one"
     if type(op.trigger) is not EventTimeTrigger:
         return f"the trigger {op.trigger!r} is not the event-time trigger"
     if op.evictor is not None:
@@ -103,15 +105,35 @@ def process_batch(op: "WindowOperator", batch: pa.Table | pa.RecordBatch, timest
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     if table.num_rows == 0:
         return
-    ts = _event_time(op, table, timestamp_column)
+    process_timestamped_batch(op, table, _event_time(op, table, timestamp_column))
+
+
+def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_ms: Any) -> None:
+    """Process every row of ``table`` (a dict per row) at the event time beside it, an int64 array.
+
+    A null event time takes the per-record path, whose error names the record.
+    """
+    ts = timestamps_ms
+    if table.num_rows == 0:
+        return
     assigner: Any = op.assigner
-    vectorise = why_not_vectorised(op, table.schema) is None
+    vectorise = ts.null_count == 0 and why_not_vectorised(op, table.schema) is None
+    sessions = type(assigner) is EventTimeSessionWindows
     if vectorise:
         # Window arithmetic near the ends of the int64 range would wrap: Python's ints do not.
         bounds = pc.min_max(ts).as_py()
-        margin = 2 * assigner.size_ms
+        margin = 2 * (assigner.gap_ms if sessions else assigner.size_ms)
         vectorise = MIN_TIMESTAMP + margin < bounds["min"] and bounds["max"] < MAX_WATERMARK - margin
-    if not vectorise:
+    cut = session_groups(op, table, ts, _builtins(op) or []) if vectorise and sessions else None
+    if vectorise and sessions and cut is not None:
+        session_windows, late_rows = cut
+
+        def add_session(key: Any, window: Any, partial: Any) -> None:
+            add_session_partial(op, key, window, partial)
+
+        _interleave(op, table, ts, session_windows, late_rows, add_session)
+        return
+    if not vectorise or sessions:
         for row, t in zip(table.to_pylist(), ts.to_pylist()):
             op.process_element(Record(row, t))
         return
@@ -151,17 +173,26 @@ def process_batch(op: "WindowOperator", batch: pa.Table | pa.RecordBatch, timest
     assigned = pa.concat_tables(pieces)
     groups = _pre_aggregate(assigned, list(op.key_fields or ()), parts)
 
+
+    def add_window(key: Any, start: Any, partial: Any) -> None:
+        _add_partial(op, key, TimeWindow(start, start + size), partial)
+
+    _interleave(op, table, ts, groups, fallback_rows, add_window)
+
+
+def _interleave(op: "WindowOperator", table: pa.Table, ts: Any, groups: list[Any], fallback_rows: list[int], add: Any) -> None:
+    """Add the pre-aggregated groups and process the fallback rows, in the order of their rows."""
     values = table.to_pylist() if fallback_rows else None
     times = ts.to_pylist() if fallback_rows else None
     next_fallback = 0
     op.metrics.records_in += table.num_rows - len(fallback_rows)
-    for first_row, key, start, partial in groups:
+    for first_row, key, window, partial in groups:
         # Interleave by row so that timers are registered in the order the per-record path would.
         while next_fallback < len(fallback_rows) and fallback_rows[next_fallback] < first_row:
             i = fallback_rows[next_fallback]
             op.process_element(Record(values[i], times[i]))  # type: ignore[index]
             next_fallback += 1
-        _add_partial(op, key, TimeWindow(start, start + size), partial)
+        add(key, window, partial)
     for i in fallback_rows[next_fallback:]:
         op.process_element(Record(values[i], times[i]))  # type: ignore[index]
 
@@ -206,7 +237,12 @@ def _add_partial(op: "WindowOperator", key: Any, window: TimeWindow, accs: list[
     partial = accs if isinstance(agg, Aggregations) else accs[0]
     state_key = (key, window)
     existing = op._contents.get(state_key, _EMPTY)
-    op._contents[state_key] = partial if existing is _EMPTY else agg.merge(existing, partial)  # type: ignore[union-attr]
+    if existing is not _EMPTY:
+        # A window with contents that has not fired has both its timers already (registering
+        # them again would change nothing): only the accumulators merge.
+        op._contents[state_key] = agg.merge(existing, partial)  # type: ignore[union-attr]
+        return
+    op._contents[state_key] = partial
     # What the event-time trigger's on_element does for a window still open, then the cleanup timer.
     op._timers.register_event_time_timer(window.max_timestamp(), key, window)
     op._register_cleanup_timer(key, window)

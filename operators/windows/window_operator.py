@@ -13,7 +13,8 @@ the value is a dict::
 
 - key columns: the ``key_selector`` field(s) by name when it is a column name or a tuple of
   them, else ``"key"``;
-- ``window_start``/``window_end``: the window's bounds in ms (None for the global window);
+- ``window_start``/``window_end``: the window's bounds in ms (None for the global window), or as
+  UTC datetimes with ``bounds_as_datetime``;
 - result columns: the result's items when it is a dict (they win over a clash), else ``"result"``.
 
 A ``process`` function decides the output values itself.
@@ -35,6 +36,7 @@ Threading model: every method runs on the mailbox thread.
 from __future__ import annotations
 
 import pickle
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -53,6 +55,7 @@ from .triggers import CountTrigger, PurgingTrigger, Trigger, TriggerResult
 __all__ = ["WindowOperator", "WindowOperatorMetrics", "WindowSpec", "count_window"]
 
 _EMPTY: Any = object()
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass
@@ -108,6 +111,7 @@ class WindowOperator(StreamOperator):
         allowed_lateness_ms: int = 0,
         late_data_tag: str | None = None,
         name: str = "window",
+        bounds_as_datetime: bool = False,
     ) -> None:
         if isinstance(window, WindowSpec):
             trigger = trigger if trigger is not None else window.trigger
@@ -148,6 +152,8 @@ class WindowOperator(StreamOperator):
         self.allowed_lateness_ms = allowed_lateness_ms
         self.late_data_tag = late_data_tag
         self.name = name
+        #: Output ``window_start``/``window_end`` as UTC datetimes instead of ms (for timestamp columns).
+        self.bounds_as_datetime = bool(bounds_as_datetime)
         self.key_selector = key_selector
         self._key_of, self.key_fields = key_function(key_selector)
         self._is_event_time = window.is_event_time
@@ -240,6 +246,13 @@ class WindowOperator(StreamOperator):
         from .vectorised import process_batch
 
         process_batch(self, batch, timestamp_column)
+
+    def process_timestamped_batch(self, table: Any, timestamps_ms: Any) -> None:
+        """Process an Arrow table whose rows' event times are ``timestamps_ms`` (int64 ms), as a
+        channel batch carries them beside its columns; vectorised where ``process_batch`` is."""
+        from .vectorised import process_timestamped_batch
+
+        process_timestamped_batch(self, table, timestamps_ms)
 
     def _add_to_merging_windows(self, key: Any, windows: Sequence[Any], record: Record) -> bool:
         merging = self._merging.get(key)
@@ -481,8 +494,12 @@ class WindowOperator(StreamOperator):
         else:
             row = dict(zip(fields, key))
         if isinstance(window, TimeWindow):
-            row["window_start"] = window.start_ms
-            row["window_end"] = window.end_ms
+            if self.bounds_as_datetime:
+                row["window_start"] = _EPOCH + timedelta(milliseconds=window.start_ms)
+                row["window_end"] = _EPOCH + timedelta(milliseconds=window.end_ms)
+            else:
+                row["window_start"] = window.start_ms
+                row["window_end"] = window.end_ms
         else:
             row["window_start"] = row["window_end"] = None
         if isinstance(result, dict):

@@ -1,0 +1,174 @@
+"""Routing records by key: a stable hash, the same in every process, run and restart.
+
+Python's ``hash()`` of a ``str`` changes from process to process (``PYTHONHASHSEED``), so two
+upstream actors would send one key to different instances. A key is routed by the CRC-32 of a
+canonical encoding of its value instead: type tag, then the value's text or bytes.
+
+- Supported key values: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``Decimal``,
+  ``date``/``datetime``/``time``/``timedelta``, and tuples of them. A value read from an Arrow
+  column and the same value in a Python dict route alike, and so do keys that are equal in Python
+  (``1``, ``1.0``, ``True`` and ``Decimal(1)`` key one window, so they go to one instance).
+- A batch keyed by a column is routed without a Python call per row: the column is dictionary
+  encoded and each distinct key hashed once.
+
+>>> stable_hash("DE") == stable_hash("DE"), stable_hash(("a", 1)) != stable_hash(("a", 2))
+(True, True)
+>>> KeyRouter("country").target({"country": "DE"}, 2) == KeyRouter("country").target({"country": "DE"}, 2)
+True
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import zlib
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators.elements import Record
+from operators.errors import RecordError, SchemaError, describe_value
+from operators.windows.records import key_function
+
+from .arrow_rows import RowBatch, is_bare, table_to_rows
+
+__all__ = ["KeyRouter", "as_router", "stable_hash"]
+
+
+def _encode(key: Any, out: list[bytes]) -> None:
+    if key is None:
+        out.append(b"n;")
+    elif isinstance(key, int):  # bool too: True == 1 keys one window, so it must route alike
+        out.append(b"i%d;" % key)
+    elif isinstance(key, float):
+        if key.is_integer():
+            out.append(b"i%d;" % int(key))  # 2.0 == 2
+        else:
+            out.append(b"f" + repr(key).encode() + b";")
+    elif isinstance(key, str):
+        data = key.encode("utf-8", "surrogatepass")
+        out.append(b"s%d:" % len(data))
+        out.append(data)
+    elif isinstance(key, bytes):
+        out.append(b"y%d:" % len(key))
+        out.append(key)
+    elif isinstance(key, Decimal):
+        if key.is_finite() and key == key.to_integral_value():
+            out.append(b"i%d;" % int(key))
+        elif float(key) == key:  # Decimal("2.5") == 2.5
+            _encode(float(key), out)
+        else:
+            out.append(b"d" + str(key.normalize()).encode() + b";")
+    elif isinstance(key, (_dt.datetime, _dt.date, _dt.time)):
+        out.append(b"t" + key.isoformat().encode() + b";")
+    elif isinstance(key, _dt.timedelta):
+        out.append(b"D%d;" % (key // _dt.timedelta(microseconds=1)))
+    elif isinstance(key, tuple):
+        out.append(b"(%d:" % len(key))
+        for part in key:
+            _encode(part, out)
+        out.append(b")")
+    else:
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(f"key {describe_value(key)} of type {type(key).__name__} is unhashable; a key must be hashable") from None
+        raise TypeError(
+            f"key {describe_value(key)} of type {type(key).__name__} has no stable encoding; a key must be None, bool, "
+            "int, float, str, bytes, Decimal, a date or time, or a tuple of them"
+        )
+
+
+def stable_hash(key: Any) -> int:
+    """A 32-bit hash of ``key`` that every process agrees on; ``TypeError`` for keys it cannot encode."""
+    out: list[bytes] = []
+    _encode(key, out)
+    return zlib.crc32(b"".join(out))
+
+
+class KeyRouter:
+    """The key of a record (a column name, a tuple of them, or a function) and its target instance."""
+
+    def __init__(self, key_selector: Any, *, operator: str = "key_by") -> None:
+        self.key_selector = key_selector
+        self.operator = operator
+        self._select, self.fields = key_function(key_selector)
+
+    def key(self, value: Any, timestamp_ms: int | None = None) -> Any:
+        """The key of ``value``; a missing column or a raising function names the record."""
+        try:
+            return self._select(value)
+        except Exception as error:
+            record = Record(value, timestamp_ms)
+            if self.fields is not None and isinstance(error, (KeyError, TypeError)):
+                columns = list(value) if isinstance(value, dict) else type(value).__name__
+                raise SchemaError(
+                    f"{self.operator}: key column {error.args[0] if isinstance(error, KeyError) else self.fields!r} "
+                    f"not found in record {describe_value(record.value)}; key_by{self.fields!r} needs it, "
+                    f"the record has {columns}"
+                ) from error
+            raise RecordError(
+                f"key_by function raised {type(error).__name__}: {error} on record {describe_value(value)}",
+                operator=self.operator, value=value, timestamp_ms=timestamp_ms,
+            ) from error
+
+    def target_of_key(self, key: Any, num_targets: int, value: Any = None) -> int:
+        try:
+            return stable_hash(key) % num_targets
+        except TypeError as error:
+            raise RecordError(f"{error}, on record {describe_value(value)}", operator=self.operator, value=value) from None
+
+    def target(self, value: Any, num_targets: int, timestamp_ms: int | None = None) -> int:
+        return self.target_of_key(self.key(value, timestamp_ms), num_targets, value)
+
+    def split(self, batch: RowBatch, num_targets: int) -> list[RowBatch]:
+        """``batch`` cut into one batch per target (some may be empty), each in input order."""
+        targets = self._targets(batch, num_targets)
+        out = []
+        for t in range(num_targets):
+            mask = pc.equal(targets, t)
+            ts = None if batch.timestamps is None else batch.timestamps.filter(mask)
+            out.append(RowBatch(batch.table.filter(mask), ts))
+        return out
+
+    def _targets(self, batch: RowBatch, n: int) -> pa.Array:
+        table = batch.table
+        if self.fields is not None and len(self.fields) == 1 and not is_bare(table):
+            field = self.fields[0]
+            if field not in table.column_names:
+                first = table.slice(0, 1).to_pylist()
+                raise SchemaError(
+                    f"{self.operator}: key column {field!r} not found in record "
+                    f"{describe_value(first[0] if first else None)}; key_by({field!r}) needs it, the record has "
+                    f"{table.column_names}"
+                )
+            column = table.column(field)
+            if not pa.types.is_nested(column.type):
+                encoded = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
+                per_key = [self.target_of_key(k, n) for k in encoded.dictionary.to_pylist()]
+                return pc.take(pa.array(per_key, pa.int32()), encoded.indices)
+        cache: dict[Any, int] = {}
+        targets = []
+        for value, ts in table_to_rows(batch):
+            key = self.key(value, ts)
+            try:
+                t = cache.get(key)
+            except TypeError:
+                t = None  # an unhashable key: target_of_key says so, naming the record
+            if t is None:
+                t = self.target_of_key(key, n, value)
+                cache[key] = t
+            targets.append(t)
+        return pa.array(targets, pa.int32())
+
+    def __repr__(self) -> str:
+        return f"KeyRouter({self.key_selector!r})"
+
+
+def as_router(key: Any) -> KeyRouter | None:
+    """A ``KeyRouter`` for a key selector (or None)."""
+    if key is None or isinstance(key, KeyRouter):
+        return key
+    return KeyRouter(key)
+

@@ -1,0 +1,164 @@
+"""Keyed windows on Ray actors: stable key routing, the watermark minimum over splits, idleness,
+a second window stage, and bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import ray
+
+from actors.keys import KeyRouter, stable_hash
+from cluster import from_arrow, from_blocks
+from operators import JobFailedError, SchemaError
+from operators.windows import TumblingEventTimeWindows
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = [f"user-{i}" for i in range(40)] + list(range(20))  # string and integer keys
+
+
+def _table(first_ms: int, n: int, keys: list) -> pa.Table:
+    return pa.table({
+        "k": [str(keys[i % len(keys)]) for i in range(n)],
+        "v": list(range(n)),
+        "ts": [first_ms + i for i in range(n)],
+    })
+
+
+def test_a_key_hashes_alike_in_processes_with_different_hash_seeds():
+    code = "from actors.keys import stable_hash; print([stable_hash(k) for k in %r])" % (KEYS + [("a", 1)],)
+    seen = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+        seen.append(out.stdout)
+    assert seen[0] == seen[1] == f"{[stable_hash(k) for k in KEYS + [('a', 1)]]}\n"
+
+
+@pytest.mark.parametrize("equal_keys", [(1, 1.0, True), (0.5,), (("a", 2), ("a", 2.0))])
+def test_keys_that_are_equal_in_python_hash_alike(equal_keys):
+    from decimal import Decimal
+
+    assert len({stable_hash(k) for k in equal_keys}) == 1
+    assert stable_hash(Decimal("2.50")) == stable_hash(2.5) and stable_hash(Decimal(3)) == stable_hash(3)
+    assert stable_hash(1) != stable_hash("1")
+
+
+def test_a_batch_split_by_key_column_routes_each_row_as_the_per_record_path(ray_session):
+    from actors.arrow_rows import RowBatch
+
+    table = pa.table({"k": [str(k) for k in KEYS] * 3, "n": list(range(len(KEYS) * 3))})
+    router = KeyRouter("k")
+    parts = router.split(RowBatch(table, None), 3)
+    for target, part in enumerate(parts):
+        assert all(router.target(row, 3) == target for row in part.table.to_pylist())
+    assert sum(p.num_rows for p in parts) == table.num_rows
+
+
+def _instances_of_keys(result) -> dict:
+    """Which instance of the last stage emitted each key."""
+    owner: dict = {}
+    for index, table in enumerate(ray.get(result.tables)):
+        for row in (table.to_pylist() if table is not None else []):
+            assert owner.setdefault(row["k"], index) == index, f"key {row['k']!r} came out of two instances"
+    return owner
+
+
+def test_a_key_reaches_one_instance_from_every_upstream_actor_and_in_every_run(ray_session):
+    tables = [_table(j * 1_000, 1_000, KEYS) for j in range(6)]
+
+    def run(before_key_by):
+        stream = from_arrow(tables, timestamp_column="ts", parallelism=2, batch_size=250)
+        if before_key_by:  # records reach the window from the map's actors, one by one
+            stream = stream.map(lambda r: r)
+        result = stream.key_by("k").window(TumblingEventTimeWindows.of(2_000)).count().execute(progress=False)
+        rows = result.to_arrow().to_pylist()
+        # Every (key, window) once, with every record: no key was split between instances.
+        assert Counter((r["k"], r["window_start"]) for r in rows).most_common(1)[0][1] == 1
+        assert sum(r["count"] for r in rows) == 6_000
+        return _instances_of_keys(result)
+
+    first, second, through_a_map = run(False), run(False), run(True)
+    assert first == second == through_a_map
+    assert set(first.values()) == {0, 1}  # both instances got keys
+
+
+def _slow_blocks(first_delay_s: float, last_delay_s: float) -> tuple[list, list[int]]:
+    """Four blocks of 1,000 rows: split 0 reads the first and third, split 1 the second and fourth.
+
+    Split 0's first block (event time 0..999) arrives after ``first_delay_s``; split 1 has
+    already sent event time 100,000.. and waits ``last_delay_s`` for its last block.
+    """
+
+    @ray.remote
+    def later(table: pa.Table, delay_s: float) -> pa.Table:
+        time.sleep(delay_s)
+        return table
+
+    early = later.remote(_table(0, 1_000, KEYS), first_delay_s)
+    ahead = ray.put(_table(100_000, 1_000, KEYS))
+    next_early = ray.put(_table(1_000, 1_000, KEYS))
+    last = later.remote(_table(101_000, 1_000, KEYS), last_delay_s)
+    return [early, ahead, next_early, last], [1_000] * 4
+
+
+def _late_and_counted(idleness_ms, first_delay_s, last_delay_s):
+    # The delays run from now, and starting the job's actors takes seconds on a busy machine.
+    blocks, rows = _slow_blocks(first_delay_s, last_delay_s)
+    result = (
+        from_blocks(blocks, rows, timestamp_column="ts", parallelism=2, batch_size=1_000, idleness_ms=idleness_ms,
+                    schema=_table(0, 1, KEYS).schema)
+        .key_by("k").window(TumblingEventTimeWindows.of(1_000)).side_output_late_data("late").count()
+        .execute(progress=False)
+    )
+    return len(result.side_outputs["late"]), sum(r["count"] for r in result.to_arrow().to_pylist())
+
+
+def test_the_watermark_is_the_minimum_over_splits_so_a_slow_split_is_never_late(ray_session):
+    # Split 1 runs 100 s of event time ahead while split 0 waits for its data: the window stage's
+    # watermark stays at split 0's, and none of split 0's records is late.
+    assert _late_and_counted(None, 3.0, 0.0) == (0, 4_000)
+
+
+def test_a_split_that_waits_longer_than_idleness_goes_idle_and_holds_back_no_one(ray_session):
+    # Both splits wait for data past idleness_ms: event time moves to split 1's watermark, and
+    # split 0's records, when they come, are late (into the side output, not lost).
+    assert _late_and_counted(500, 8.0, 11.0) == (2_000, 2_000)
+
+
+def test_a_second_window_stage_treats_none_of_the_first_ones_output_as_late(ray_session):
+    tables = [_table(j * 5_000, 5_000, KEYS) for j in range(4)]
+    result = (
+        from_arrow(tables, timestamp_column="ts", parallelism=2, batch_size=500)
+        .key_by("k").window(TumblingEventTimeWindows.of(1_000)).count()
+        .key_by("k").window(TumblingEventTimeWindows.of(10_000)).side_output_late_data("late").sum("count")
+        .execute(progress=False)
+    )
+    assert result.side_outputs["late"] == []
+    rows = result.to_arrow().to_pylist()
+    expected = Counter((r["k"], r["ts"] // 10_000 * 10_000) for t in tables for r in t.to_pylist())
+    assert {(r["k"], r["window_start"]): r["count"] for r in rows} == dict(expected)
+
+
+def test_a_missing_key_column_and_an_unhashable_key_fail_naming_the_record(ray_session):
+    tables = [_table(0, 100, KEYS)]
+    missing = (from_arrow(tables, timestamp_column="ts", parallelism=2).map(lambda r: {"v": r["v"]})
+               .key_by("k").window(TumblingEventTimeWindows.of(10)).count())
+    with pytest.raises(JobFailedError, match=r"key column 'k' not found in record \{'v': 0\}"):
+        missing.execute(progress=False)
+    unhashable = (from_arrow(tables, timestamp_column="ts", parallelism=2)
+                  .key_by(lambda r: [r["k"]]).window(TumblingEventTimeWindows.of(10)).count())
+    with pytest.raises(JobFailedError, match=r"key \['user-0'\] of type list is unhashable"):
+        unhashable.execute(progress=False)
+    with pytest.raises(SchemaError, match="key column 'region' not found"):
+        from_arrow(tables, timestamp_column="ts", parallelism=2).key_by("region")
+    with pytest.raises(SchemaError, match="event-time column 'k' must be a timestamp, date or integer"):
+        from_arrow(tables, timestamp_column="k", parallelism=2)
