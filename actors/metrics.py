@@ -23,6 +23,7 @@ _COUNTERS = {
     "timeouts": "Async requests that ran past their deadline",
     "dead_letters": "Records routed to the dead-letter output",
     "batches_in": "Arrow batches received",
+    "late_records_dropped": "Records too late for every window, dropped without a side output",
 }
 _GAUGES = {
     "in_flight_requests": "Async requests in flight",
