@@ -103,7 +103,9 @@ class AttemptHandler:
     ``failure``).
     """
 
-    __slots__ = ("op", "attempt", "deadline_ms", "state", "future", "timeout_timer", "retry_timer", "deadline_passed")
+    __slots__ = (
+        "op", "attempt", "deadline_ms", "state", "future", "timeout_timer", "retry_timer", "retry_due_ms", "deadline_passed",
+    )
 
     def __init__(self, op: _Operator, attempt: int, deadline_ms: int | None) -> None:
         self.op = op
@@ -113,6 +115,7 @@ class AttemptHandler:
         self.future: ResultFuture | None = None
         self.timeout_timer: TimerHandle | None = None
         self.retry_timer: TimerHandle | None = None
+        self.retry_due_ms: int | None = None
         # The deadline fired while a completed attempt's result was still on its way.
         self.deadline_passed = False
 
@@ -140,9 +143,23 @@ class AttemptHandler:
 
     # --------------------------------------------------------------------- driving
 
-    def start(self) -> None:
+    def start(self, retry_in_ms: int | None = None) -> None:
+        """Run the first attempt; a restored element resumes where its snapshot left it.
+
+        ``retry_in_ms``: the element was waiting for a retry; it waits the rest of its backoff
+        (``self.attempt`` is the attempt that runs then). A restored element whose deadline has
+        already passed gets its timeout, not a fresh attempt.
+        """
+        now = self.op.context.processing_time.now_ms()
         if self.deadline_ms is not None:
+            if self.deadline_ms <= now:
+                self.time_out()
+                return
             self.timeout_timer = self.op.context.processing_time.register_timer(self.deadline_ms, self.on_timeout)
+        if retry_in_ms is not None:
+            self.attempt -= 1  # on_retry_timer counts the attempt it starts
+            self._wait_for_retry(now + retry_in_ms)
+            return
         if self.state is _State.RUNNING:  # a deadline already past may have fired synchronously
             self.invoke()
 
@@ -187,22 +204,25 @@ class AttemptHandler:
                 # after it, so the timeout decides.
                 self.time_out()
                 return
-            self.state = _State.WAITING_RETRY
             self.op.metrics.retries += 1
             now = self.op.context.processing_time.now_ms()
-            self.retry_timer = self.op.context.processing_time.register_timer(
-                now + strategy.delay_ms(self.attempt), self.on_retry_timer
-            )
+            self._wait_for_retry(now + strategy.delay_ms(self.attempt))
             return
         if error is not None:
             self.finish("failure", error)
         else:
             self.finish("result", results)
 
+    def _wait_for_retry(self, due_ms: int) -> None:
+        self.state = _State.WAITING_RETRY
+        self.retry_due_ms = due_ms
+        self.retry_timer = self.op.context.processing_time.register_timer(due_ms, self.on_retry_timer)
+
     def on_retry_timer(self, _timestamp_ms: int = 0) -> None:
         if self.op.has_failed or self.state is not _State.WAITING_RETRY:
             return
         self.retry_timer = None
+        self.retry_due_ms = None
         self.attempt += 1
         self.state = _State.RUNNING
         self.invoke()
@@ -265,3 +285,9 @@ class AttemptHandler:
 
     def remaining_ms(self, now_ms: int) -> int | None:
         return None if self.deadline_ms is None else max(0, self.deadline_ms - now_ms)
+
+    def retry_in_ms(self, now_ms: int) -> int | None:
+        """While waiting for a retry, the rest of the backoff; else None."""
+        if self.state is not _State.WAITING_RETRY or self.retry_due_ms is None:
+            return None
+        return max(0, self.retry_due_ms - now_ms)

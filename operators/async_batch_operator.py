@@ -295,7 +295,10 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
             self._try_flush()
         return True
 
-    def _try_start_record(self, record: Record, attempt: int, remaining_ms: int | None) -> bool:
+    def _try_start_record(
+        self, record: Record, attempt: int, remaining_ms: int | None, retry_in_ms: int | None = None
+    ) -> bool:
+        # A batch's retries are the batch's: a restored group resumes through _groups.
         return self._try_start(Pending(record, attempt, remaining_ms))
 
     def _try_start_watermark(self, watermark: Watermark) -> bool:

@@ -28,15 +28,17 @@ __all__ = ["AsyncQueueOperator", "Pending"]
 class Pending:
     """An element not yet in the queue: it waits for room, or comes from a snapshot."""
 
-    __slots__ = ("element", "attempt", "remaining_ms", "group")
+    __slots__ = ("element", "attempt", "remaining_ms", "group", "retry_in_ms")
 
     def __init__(
-        self, element: Record | Watermark, attempt: int = 1, remaining_ms: int | None = None, group: int | None = None
+        self, element: Record | Watermark, attempt: int = 1, remaining_ms: int | None = None, group: int | None = None,
+        retry_in_ms: int | None = None,
     ) -> None:
         self.element = element
         self.attempt = attempt
         self.remaining_ms = remaining_ms
         self.group = group  # a restored batch that this record joins again
+        self.retry_in_ms = retry_in_ms  # restored while waiting for a retry: the rest of the backoff
 
 
 class AsyncQueueOperator(StreamOperator):
@@ -135,7 +137,7 @@ class AsyncQueueOperator(StreamOperator):
         element = pending.element
         if isinstance(element, Watermark):
             return self._try_start_watermark(element)
-        return self._try_start_record(element, pending.attempt, pending.remaining_ms)
+        return self._try_start_record(element, pending.attempt, pending.remaining_ms, pending.retry_in_ms)
 
     def _try_start_watermark(self, watermark: Watermark) -> bool:
         if not self.queue.try_put(WatermarkEntry(watermark)):
@@ -143,7 +145,9 @@ class AsyncQueueOperator(StreamOperator):
         self._emit_completed()
         return True
 
-    def _try_start_record(self, record: Record, attempt: int, remaining_ms: int | None) -> bool:
+    def _try_start_record(
+        self, record: Record, attempt: int, remaining_ms: int | None, retry_in_ms: int | None = None
+    ) -> bool:
         raise NotImplementedError
 
     def _deadline(self, remaining_ms: int | None) -> int | None:
@@ -240,7 +244,9 @@ class AsyncQueueOperator(StreamOperator):
             if isinstance(element, Watermark):
                 items.append(("watermark", element.timestamp_ms))
             else:
-                items.append(("record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms))
+                items.append(
+                    ("record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms, pending.retry_in_ms)
+                )
         return items
 
     def _restore_items(self, state: Any | None) -> None:
@@ -249,5 +255,5 @@ class AsyncQueueOperator(StreamOperator):
             if item[0] == "watermark":
                 self._restored.append(Pending(Watermark(item[1])))
             else:
-                _, value, timestamp_ms, attempt, remaining_ms = item
-                self._restored.append(Pending(Record(value, timestamp_ms), attempt, remaining_ms))
+                _, value, timestamp_ms, attempt, remaining_ms, retry_in_ms = item
+                self._restored.append(Pending(Record(value, timestamp_ms), attempt, remaining_ms, retry_in_ms=retry_in_ms))

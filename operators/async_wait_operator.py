@@ -142,15 +142,18 @@ class AsyncWaitOperator(AsyncQueueOperator):
             else:
                 assert isinstance(entry, RecordEntry)
                 handler: _ElementHandler = entry.handler
-                items.append(
-                    ("record", entry.record.value, entry.record.timestamp_ms, handler.snapshot_attempt(), handler.remaining_ms(now))
-                )
+                items.append((
+                    "record", entry.record.value, entry.record.timestamp_ms, handler.snapshot_attempt(),
+                    handler.remaining_ms(now), handler.retry_in_ms(now),
+                ))
         items.extend(self._snapshot_waiting())
         return items
 
     # ------------------------------------------------------------------ internals
 
-    def _try_start_record(self, record: Record, attempt: int, remaining_ms: int | None) -> bool:
+    def _try_start_record(
+        self, record: Record, attempt: int, remaining_ms: int | None, retry_in_ms: int | None = None
+    ) -> bool:
         if self._requests >= self.capacity:
             return False
         now = self.context.processing_time.now_ms()
@@ -159,7 +162,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
             return False
         self._requests += 1
         entry.handler = _ElementHandler(self, entry, attempt, self._deadline(remaining_ms))
-        entry.handler.start()
+        entry.handler.start(retry_in_ms)
         return True
 
     def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:

@@ -34,10 +34,10 @@ def test_snapshot_holds_in_flight_completed_unemitted_and_watermarks_in_order():
     h.set_processing_time(400)
     state = pickle.loads(h.snapshot())[0]
     assert state == [
-        ("record", "a", 1, 1, 600),
-        ("record", "b", 2, 1, 600),  # its input is kept, and it will run again
+        ("record", "a", 1, 1, 600, None),
+        ("record", "b", 2, 1, 600, None),  # its input is kept, and it will run again
         ("watermark", 2),
-        ("record", "c", 3, 1, 600),
+        ("record", "c", 3, 1, 600, None),
     ]
 
 
@@ -96,7 +96,7 @@ def test_restore_keeps_the_attempt_count():
     fn.fail("a", RuntimeError("503"))
     h1.set_processing_time(10)  # attempt 2 in flight
     snap = h1.snapshot()
-    assert pickle.loads(snap)[0] == [("record", "a", 1, 2, None)]
+    assert pickle.loads(snap)[0] == [("record", "a", 1, 2, None, None)]
 
     fn = Scripted()
     h2 = restored(make, snap)
@@ -115,7 +115,7 @@ def test_snapshot_during_a_retry_wait_restores_as_the_next_attempt():
     h1.process_element("a", timestamp_ms=1)
     fn.fail("a", RuntimeError("503"))
     h1.run_until_idle()
-    assert pickle.loads(h1.snapshot())[0] == [("record", "a", 1, 2, None)]
+    assert pickle.loads(h1.snapshot())[0] == [("record", "a", 1, 2, None, 1_000)]  # and the wait left
 
 
 def test_unordered_snapshot_keeps_watermark_segments():
@@ -164,3 +164,51 @@ def test_async_def_function_runs_on_the_coroutine_runner_and_timeout_cancels_it(
     h.run_until_idle()
     assert cancelled == ["hangs"]
     assert [d.value for d in h.side_outputs[DEAD_LETTER]] == ["hangs"]
+
+
+def test_a_record_restored_while_waiting_for_a_retry_waits_the_rest_of_its_backoff():
+    fn = Scripted()
+
+    def make():
+        return async_wait(fn, capacity=2, retry=FixedDelay(3, 1_000))
+
+    h1 = OperatorHarness(make())
+    h1.process_element("a", timestamp_ms=1)
+    fn.fail("a", RuntimeError("503"))
+    h1.set_processing_time(400)  # 600 ms of the backoff are left
+    snap = h1.snapshot()
+
+    fn = Scripted()
+    h2 = restored(make, snap, start_ms=9_000)
+    h2.open()
+    h2.set_processing_time(9_599)
+    assert fn.calls == []  # not a fresh attempt at once
+    h2.set_processing_time(9_600)
+    assert [v for v, _ in fn.calls] == ["a"]
+    fn.fail("a", RuntimeError("503"))  # attempt 2 fails: one more, the last
+    h2.set_processing_time(10_600)
+    fn.complete("a")
+    h2.run_until_idle()
+    assert h2.output_values() == ["a"] and len(fn.calls) == 2
+
+
+def test_a_record_restored_past_its_deadline_gets_its_timeout_not_a_fresh_attempt():
+    fn = Scripted(fallback=lambda v: "fallback")
+
+    def make():
+        return async_wait(fn, capacity=2, timeout_ms=100)
+
+    # A snapshot taken at the deadline, before the timeout's mail ran, holds no time left. (The
+    # harness fires due timers at once, so the state is written here as the operator writes it.)
+    h1 = OperatorHarness(make())
+    h1.process_element("a", timestamp_ms=1)
+    h1.set_processing_time(99)
+    snap = pickle.loads(h1.snapshot())
+    assert snap[0] == [("record", "a", 1, 1, 1, None)]
+    snap_state = pickle.dumps([[("record", "a", 1, 1, 0, None)]] + snap[1:])
+
+    fn = Scripted(fallback=lambda v: "fallback")
+    h2 = restored(make, snap_state, start_ms=5_000)
+    h2.open()
+    h2.run_until_idle()
+    assert fn.calls == [] and h2.output == [Record("fallback", 1)]
