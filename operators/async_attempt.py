@@ -175,7 +175,7 @@ class AttemptHandler:
             return
 
         def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
-            executor.execute(self.on_attempt_complete, "async result", attempt, results, error)
+            executor.execute_if_open(self.on_attempt_complete, "async result", attempt, results, error)
 
         self.future = future = ResultFuture(deliver)
         try:
@@ -247,7 +247,7 @@ class AttemptHandler:
         executor = self.op.context.mailbox_executor
 
         def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
-            executor.execute(self.on_timeout_complete, "async timeout outcome", results, error)
+            executor.execute_if_open(self.on_timeout_complete, "async timeout outcome", results, error)
 
         future = ResultFuture(deliver)
         try:

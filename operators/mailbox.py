@@ -114,6 +114,21 @@ class TaskMailbox:
             self._not_empty.notify_all()
         self._notify_listeners()
 
+    def put_if_open(self, mail: Mail) -> bool:
+        """``put`` if the mailbox is OPEN, else drop the mail; True if it was put.
+
+        For completions and timers that other threads deliver: once the mailbox is quiesced or
+        closed (a failed or stopping task), their element is in the last checkpoint and will be
+        replayed, so the mail is dropped instead of raising into the thread that delivered it.
+        """
+        with self._lock:
+            if self._state is not MailboxState.OPEN:
+                return False
+            self._queue.append(mail)
+            self._not_empty.notify_all()
+        self._notify_listeners()
+        return True
+
     def put_first(self, mail: Mail) -> None:
         """Put an urgent mail in front of every other, the current batch included."""
         if self.is_mailbox_thread():

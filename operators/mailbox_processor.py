@@ -65,6 +65,13 @@ class MailboxExecutor:
         """
         self._mailbox.put(Mail(action, self.priority, description, args, deferrable))
 
+    def execute_if_open(self, action: Callable[..., Any], description: str = "", *args: Any) -> bool:
+        """Like ``execute``, but a mailbox that no longer takes mails drops it quietly (False).
+
+        For results and timers that arrive from other threads while the task stops.
+        """
+        return self._mailbox.put_if_open(Mail(action, self.priority, description, args, False))
+
     def submit(
         self, action: Callable[..., Any], description: str = "", *args: Any, deferrable: bool = False
     ) -> "Future[Any]":

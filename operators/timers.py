@@ -130,7 +130,7 @@ class TimerQueue:
             if handle.cancelled:
                 self._cancelled -= 1
             else:
-                executor.execute(_run_timer, f"processing timer @{ts}", handle, callback)
+                executor.execute_if_open(_run_timer, f"processing timer @{ts}", handle, callback)
 
     def _registered(self, timestamp_ms: int) -> None:
         """Called after each registration; arrange for ``fire_due`` to run in time."""

@@ -212,3 +212,35 @@ def test_a_record_restored_past_its_deadline_gets_its_timeout_not_a_fresh_attemp
     h2.open()
     h2.run_until_idle()
     assert fn.calls == [] and h2.output == [Record("fallback", 1)]
+
+
+def test_a_result_that_arrives_after_the_mailbox_closed_is_dropped_quietly_in_its_thread():
+    # The task stopped (a failure elsewhere, a restore); the element is in the checkpoint and will
+    # be replayed. The service thread that completes it late must see no error.
+    import threading
+
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, capacity=2, timeout_ms=1_000))
+    h.process_element("a", timestamp_ms=1)
+    h.processor.quiesce()
+    errors: list[BaseException] = []
+
+    def late_completion():
+        try:
+            fn.complete("a")
+        except BaseException as error:  # noqa: BLE001 - the test reports it
+            errors.append(error)
+
+    thread = threading.Thread(target=late_completion)
+    thread.start()
+    thread.join(5)
+    assert errors == [] and h.output == []
+
+
+def test_a_timer_that_fires_after_the_mailbox_closed_is_dropped_quietly():
+    fn = Scripted(fallback=lambda v: "fallback")
+    h = OperatorHarness(async_wait(fn, capacity=2, timeout_ms=100))
+    h.process_element("a", timestamp_ms=1)
+    h.processor.quiesce()
+    h.set_processing_time(500)  # the deadline's timer is due, but no mail may enter any more
+    assert h.output == []
