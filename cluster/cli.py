@@ -1,0 +1,187 @@
+"""The console command ``actorflow``: run a pipeline, watch running jobs, run the demo.
+
+::
+
+    actorflow run examples.pipelines:tagged_users          # a DataStream, or a function returning one
+    actorflow run my_jobs:enrich --address 10.0.0.5:6379      # on an existing Ray cluster
+    actorflow status --address auto --watch 2                 # every operator instance, refreshed
+    actorflow demo                                            # what `make demo` runs
+
+The usual mistakes (a module that cannot be imported, an object that is no pipeline, Ray that
+cannot be reached, no Java for Spark) end with one line that says what to do, and exit code 2.
+A job that fails ends with its ``JobFailedError`` and exit code 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+import click
+
+__all__ = ["main"]
+
+NAMESPACE = "actorflow"
+
+
+class _Usage(click.ClickException):
+    """A mistake of the caller's: one line, exit code 2, no traceback."""
+
+    exit_code = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """actorflow: Flink's streaming core on Ray actors, from and to Spark DataFrames."""
+
+
+@main.command()
+@click.argument("target", metavar="MODULE:PIPELINE")
+@click.option("--address", default=None, help="an existing Ray cluster (host:port or 'auto'); default: a local Ray")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def run(target: str, address: str | None, progress: bool) -> None:
+    """Run the pipeline MODULE:PIPELINE (a DataStream, or a function that returns one) to its end."""
+    found = _find_pipeline(target)  # import errors first, before Ray starts
+    _connect(address)
+    stream = _as_stream(target, found)
+    from operators.errors import JobFailedError
+    from spark_bridge.streams import SparkDataStream
+
+    started = time.perf_counter()
+    try:
+        if isinstance(stream, SparkDataStream):
+            out: Any = stream.to_spark(progress=progress)  # one DataFrame: no dead letters were asked for
+            rows = out.count()
+            click.echo(f"{target}: {rows:,} rows out, as a Spark DataFrame of {out.columns}")
+        else:
+            result = stream.execute(progress=progress)
+            click.echo(f"{target}: job {result.job!r}, {result.input_rows:,} records in, "
+                       f"{result.output_rows:,} records out")
+    except JobFailedError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(f"finished in {time.perf_counter() - started:.1f} s")
+
+
+@main.command()
+@click.option("--address", default="auto", show_default=True, help="the Ray cluster whose jobs to show")
+@click.option("--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS until interrupted")
+def status(address: str, watch: float | None) -> None:
+    """Every running operator instance: records in and out, requests in flight, watermark."""
+    _connect(address, join_only=True)
+    while True:
+        table = _status_table()
+        if watch is not None:
+            click.clear()
+        click.echo(table)
+        if watch is None:
+            return
+        time.sleep(watch)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """Enrich 100,000 clicks from a real HTTP service, then window them (what `make demo` runs)."""
+    import shutil
+
+    if shutil.which("java") is None:
+        raise _Usage("the demo runs Spark, which needs a JDK 17 'java' on PATH (e.g. apt-get install openjdk-17-jdk-headless)")
+    try:
+        demo_main = importlib.import_module("examples.enrich_clicks").main
+    except ModuleNotFoundError as error:
+        raise _Usage(f"the demo ships with actorflow's source tree; run it from there ({error})") from error
+    demo_main.main(args=ctx.args, prog_name="actorflow demo", standalone_mode=True)
+
+
+def _find_pipeline(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise _Usage(f"expected MODULE:PIPELINE, such as examples.pipelines:tagged_users, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a module beside the caller, as `python -m` would find it
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise _Usage(f"cannot import {module_name!r}: {error}; run from the directory that holds it, "
+                     "or install it") from error
+    try:
+        return getattr(module, attribute)
+    except AttributeError as error:
+        names = sorted(getattr(module, "__all__", None) or (n for n in vars(module) if not n.startswith("_")))
+        raise _Usage(f"module {module_name!r} has no {attribute!r}; it has {names}") from error
+
+
+def _as_stream(target: str, obj: Any) -> Any:
+    from cluster.datastream import DataStream
+
+    if callable(obj) and not isinstance(obj, DataStream):
+        obj = obj()  # built now that Ray runs: sources put their data into the object store
+    if not isinstance(obj, DataStream):
+        raise _Usage(f"{target} is a {type(obj).__name__}, expected a DataStream (from_spark(...), "
+                     "from_arrow(...) and their operators), or a function that returns one")
+    return obj
+
+
+def _connect(address: str | None, *, join_only: bool = False) -> None:
+    import ray
+
+    from spark_bridge.session import ensure_ray
+
+    if address not in (None, "auto") and not address.startswith("ray://"):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
+                pass
+        except (OSError, ValueError) as error:
+            raise _Usage(f"cannot reach Ray at {address!r} ({error}); start it with `ray start --head`, "
+                         "or leave --address out for a local Ray") from error
+    try:
+        ensure_ray(address if address is not None or not join_only else "auto")
+    except ConnectionError as error:
+        raise _Usage(f"no Ray cluster to join at {address or 'auto'!r}: {error}; start one with `ray start --head`, "
+                     "or pass --address") from error
+    if not ray.is_initialized():
+        raise _Usage(f"Ray did not start at {address!r}")
+
+
+def _status_table() -> str:
+    import ray
+    from ray.util.state import list_actors
+
+    gcs = ray.get_runtime_context().gcs_address
+    actors = list_actors(address=gcs, filters=[("ray_namespace", "=", NAMESPACE)], limit=10_000,
+                         raise_on_missing_output=False)
+    ours = sorted((a for a in actors if a.class_name == "OperatorActor" and a.state != "DEAD"), key=lambda a: a.name)
+    if not ours:
+        return "no actorflow operator instances are running"
+    figures: dict[str, dict[str, Any]] = {}
+    pending = {}
+    for actor in ours:
+        if actor.state == "ALIVE":
+            try:
+                pending[actor.name] = ray.get_actor(actor.name, namespace=NAMESPACE).stats.remote()
+            except ValueError:  # it ended between the listing and now
+                continue
+    for name, ref in pending.items():
+        try:
+            figures[name] = ray.get(ref, timeout=5)
+        except Exception:  # noqa: BLE001 - a dying actor shows with empty figures
+            figures[name] = {}
+    header = f"{'operator instance':<40} {'state':<9} {'in':>10} {'out':>10} {'in flight':>9} {'watermark':>15} {'restarts':>8}"
+    lines = [header, "-" * len(header)]
+    for actor in ours:
+        f = figures.get(actor.name, {})
+        watermark = f.get("watermark_ms")
+        lines.append(
+            f"{actor.name:<40} {actor.state:<9} {f.get('records_in', ''):>10} {f.get('records_out', ''):>10} "
+            f"{f.get('in_flight_requests', ''):>9} {'' if watermark is None else watermark:>15} {f.get('restarts', ''):>8}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

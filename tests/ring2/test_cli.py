@@ -1,0 +1,70 @@
+"""The console command, run as a user runs it: a subprocess, its output and its exit code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+import ray
+
+from examples.pipelines import slow_users
+from tests.ring2.waiting import find_actor, poll
+
+pytestmark = pytest.mark.ray
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _actorflow(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_the_console_script_is_installed():
+    script = shutil.which("actorflow", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    assert script is not None
+    done = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and all(c in done.stdout for c in ("run", "status", "demo"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "nosuch.module:x"], "cannot import 'nosuch.module': No module named 'nosuch'"),
+        (["run", "examples.pipelines:nothing"], "module 'examples.pipelines' has no 'nothing'; it has ['slow_users', 'tagged_users']"),
+        (["run", "examples.pipelines"], "expected MODULE:PIPELINE"),
+        (["run", "examples.pipelines:__doc__"], "is a str, expected a DataStream"),
+        (["status", "--address", "127.0.0.1:1"], "cannot reach Ray at '127.0.0.1:1'"),
+    ],
+    ids=["no-module", "no-attribute", "no-colon", "not-a-stream", "ray-unreachable"],
+)
+def test_the_usual_mistakes_get_one_line_and_exit_code_2(args, message):
+    done = _actorflow(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_run_runs_a_pipeline_to_its_end():
+    done = _actorflow("run", "examples.pipelines:tagged_users", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "job 'tagged-users', 2,000 records in, 2,000 records out" in done.stdout
+
+
+def test_status_shows_every_instance_of_a_running_job(ray_session):
+    thread = threading.Thread(target=lambda: slow_users().execute(progress=False), daemon=True)
+    thread.start()
+    actor = poll(lambda: find_actor("slow-users/slow[0/1]"))
+    poll(lambda: ray.get(actor.stats.remote())["records_in"] > 0)
+    done = _actorflow("status", "--address", ray.get_runtime_context().gcs_address)
+    ray.kill(actor)  # the job fails and cleans up; the test has seen what it needed
+    thread.join(60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["operator", "instance", "state", "in"]
+    (row,) = [line for line in lines if line.startswith("slow-users/slow[0/1]")]
+    fields = row.split()
+    assert fields[1] == "ALIVE" and int(fields[2]) > 0 and int(fields[4]) <= 2  # records in; in flight <= capacity
