@@ -1,4 +1,4 @@
-"""The console command ``actorflow``: run a pipeline, watch running jobs, run the demo.
+"""The console command ``actorflow``: run a pipeline, watch running jobs, list checkpoints, run the demo.
 
 ::
 
@@ -6,6 +6,7 @@
     actorflow run my_jobs:enrich --address 10.0.0.5:6379      # on an existing Ray cluster
     actorflow status --address auto --watch 2                 # every operator instance, refreshed
     actorflow demo                                            # what `make demo` runs
+    actorflow checkpoints /tmp/checkpoints                    # retained checkpoints of every job
 
 The usual mistakes (a module that cannot be imported, an object that is no pipeline, Ray that
 cannot be reached, no Java for Spark) end with one line that says what to do, and exit code 2.
@@ -80,6 +81,48 @@ def status(address: str, watch: float | None) -> None:
         if watch is None:
             return
         time.sleep(watch)
+
+
+@main.command()
+@click.argument("directory")
+@click.option("--job", default=None, help="only this job's checkpoints")
+@click.option("--id", "checkpoint_id", type=int, default=None, help="show one checkpoint's tasks and their sizes")
+def checkpoints(directory: str, job: str | None, checkpoint_id: int | None) -> None:
+    """The retained checkpoints in DIRECTORY (a path or a pyarrow.fs URI): complete and incomplete."""
+    import datetime
+
+    import pyarrow.fs as pafs
+
+    from cluster.checkpoints import CheckpointStorage
+
+    try:
+        filesystem, root = pafs.FileSystem.from_uri(directory)
+    except (ValueError, OSError):
+        filesystem, root = pafs.LocalFileSystem(), os.path.abspath(directory)
+    if filesystem.get_file_info(root).type != pafs.FileType.Directory:
+        raise _Usage(f"no checkpoint directory at {directory!r}; pass the directory a job was given as its checkpoint storage")
+    jobs = sorted(i.base_name for i in filesystem.get_file_info(pafs.FileSelector(root)) if i.type == pafs.FileType.Directory)
+    if job is not None:
+        if job not in jobs:
+            raise _Usage(f"no checkpoints of job {job!r} in {directory!r}; its jobs: {jobs}")
+        jobs = [job]
+    if not jobs:
+        click.echo(f"no checkpoints in {directory}")
+        return
+    for name in jobs:
+        storage = CheckpointStorage(root, job=name, filesystem=filesystem)
+        complete = storage.checkpoint_ids()
+        incomplete = [i for i in storage.checkpoint_ids(complete_only=False) if i not in complete]
+        click.echo(f"job {name}: {len(complete)} complete" + (f", incomplete {incomplete}" if incomplete else ""))
+        for i in complete:
+            if checkpoint_id is not None and i != checkpoint_id:
+                continue
+            chk = storage.get(i)
+            at = datetime.datetime.fromtimestamp(chk.metadata["completed_at_ms"] / 1000, tz=datetime.timezone.utc)
+            click.echo(f"  chk-{i:<6} {at:%Y-%m-%d %H:%M:%S} UTC  {chk.size_bytes:>12,} bytes  {len(chk.tasks)} tasks")
+            if checkpoint_id is not None:
+                for task in chk.tasks:
+                    click.echo(f"    {task:<40} {chk.metadata['tasks'][task]:>12,} bytes")
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)

@@ -137,3 +137,36 @@ def test_jobs_keep_their_checkpoints_apart(tmp_path):
 def test_bad_arguments_are_named(tmp_path, make, message):
     with pytest.raises(ConfigurationError, match=message):
         make(tmp_path)
+
+
+def _cli(*args):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=root, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_the_console_command_lists_and_inspects_retained_checkpoints(tmp_path):
+    storage = _local(tmp_path, "clicks")
+    for checkpoint_id in (1, 2):
+        pending = storage.begin(checkpoint_id)
+        pending.write("clicks/enrich[0/2]", b"x" * 10 * checkpoint_id)
+        pending.write("clicks/enrich[1/2]", b"y" * 5)
+        pending.complete()
+    storage.begin(3).write("clicks/enrich[0/2]", b"half")  # a writer that died mid-checkpoint
+    listing = _cli("checkpoints", str(tmp_path))
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0] == "job clicks: 2 complete, incomplete [3]"
+    assert lines[1].startswith("  chk-1") and "15 bytes  2 tasks" in lines[1]
+    assert lines[2].startswith("  chk-2") and "25 bytes  2 tasks" in lines[2]
+    detail = _cli("checkpoints", str(tmp_path), "--id", "2")
+    assert "    clicks/enrich[0/2]" in detail.stdout and "20 bytes" in detail.stdout
+
+
+def test_the_console_command_names_a_missing_checkpoint_directory(tmp_path):
+    done = _cli("checkpoints", str(tmp_path / "nowhere"))
+    assert done.returncode == 2 and "no checkpoint directory at" in done.stderr and "Traceback" not in done.stderr
