@@ -49,6 +49,16 @@ def session_groups(
     threshold = max(op._watermark - gap + 1, MIN_TIMESTAMP)
     early = pc.less_equal(ts, pa.scalar(threshold, pa.int64()))
     fallback_rows = pc.indices_nonzero(early).to_pylist()
+    if fallback_rows:
+        # A row whose own session already fired is late or not depending on the rows of its key
+        # that came before it (one may have bridged it to an open session): every row of such a
+        # key takes the per-record path, in row order. Rows that are not late merge alike in any
+        # order, so the other keys stay vectorised.
+        key_rows = table.select(keys).to_pylist()
+        late_keys = {tuple(key_rows[i][k] for k in keys) for i in fallback_rows}
+        mask = [tuple(row[k] for k in keys) in late_keys for row in key_rows]
+        early = pa.array(mask, pa.bool_())
+        fallback_rows = [i for i, late in enumerate(mask) if late]
     columns = list(dict.fromkeys([*keys, *(p.field for p in parts if p.field is not None)]))
     base = table.select(columns).append_column(_ROW, rows).append_column(_TS, ts).filter(pc.invert(early))
     if base.num_rows == 0:

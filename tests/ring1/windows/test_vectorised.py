@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import pyarrow as pa
 import pytest
 
-from operators import OperatorHarness, SchemaError
+from operators import OperatorHarness, Record, SchemaError
 from operators.windows import (
     Aggregations,
     DynamicEventTimeSessionWindows,
@@ -250,3 +250,18 @@ def test_an_on_time_batch_of_sessions_never_takes_the_per_record_path():
         {"user": "a", "window_start": 30, "window_end": 35, "n": 1, "total": 4},
         {"user": "b", "window_start": 11, "window_end": 16, "n": 1, "total": 2},
     ]
+
+
+def test_a_row_whose_session_already_fired_stays_late_when_a_later_row_of_its_batch_bridges_it():
+    # Per record, b@-2 arrives while its own session [-2, 0) is already past the watermark, and is
+    # dropped; b@-1, after it, bridges nothing for it any more. The Arrow path must not group the
+    # batch's rows of "b" before deciding that.
+    def make_op():
+        return WindowOperator("user", EventTimeSessionWindows(2), aggregate=Count())
+
+    steps = [[("a", 0, None, -1)] * 3, -1, [("b", 0, None, 1), ("b", 0, None, -2), ("a", 0, None, -1), ("b", 0, None, -1)], 1000]
+    hs, hf, slow, fast = both(make_op, steps)
+    sessions = [r.value for r in hf.output if isinstance(r, Record)]
+    assert {"user": "b", "window_start": -1, "window_end": 3, "result": 2} in sessions
+    assert sorted(hf.output, key=repr) == sorted(hs.output, key=repr)
+    assert fast.metrics.late_records_dropped == slow.metrics.late_records_dropped == 1
