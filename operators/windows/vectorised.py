@@ -38,6 +38,7 @@ from ..errors import SchemaError
 from .assigners import EventTimeSessionWindows, SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
 from .functions import Aggregations, BuiltinAggregate
 from .triggers import EventTimeTrigger
+from .arrow_aggregates import accumulators, group_aggregations
 from .vectorised_sessions import add_session_partial, session_groups
 
 if TYPE_CHECKING:
@@ -201,16 +202,7 @@ def _pre_aggregate(assigned: pa.Table, keys: list[str], parts: list[BuiltinAggre
     """``(first row, key, window start, accumulator)`` per group, in the per-record path's order."""
     if assigned.num_rows == 0:
         return []
-    specs: list[tuple[str, str, Any]] = [(_ROW, "min", None), (_ROW, "count", None)]
-    for p in parts:
-        if p.kind in ("sum", "mean"):
-            specs.append((p.field or "", "sum", pc.ScalarAggregateOptions(min_count=0)))
-        if p.kind in ("min", "max"):
-            specs.append((p.field or "", p.kind, None))
-        if p.kind == "mean":
-            specs.append((p.field or "", "count", pc.CountOptions(mode="only_valid")))
-    unique = {(c, f): o for c, f, o in specs}  # a Sum and a Mean of one column share its sum
-    aggregations = [(c, f, o) if o is not None else (c, f) for (c, f), o in unique.items()]
+    aggregations = group_aggregations(parts, [(_ROW, "min"), (_ROW, "count")])
     result = assigned.group_by([*keys, _START], use_threads=False).aggregate(aggregations)
     result = result.sort_by([(f"{_ROW}_min", "ascending"), (_START, "descending")])
     cols = {name: result.column(name).to_pylist() for name in result.schema.names}
@@ -218,17 +210,7 @@ def _pre_aggregate(assigned: pa.Table, keys: list[str], parts: list[BuiltinAggre
     out = []
     for i, (first, start, n) in enumerate(zip(cols[f"{_ROW}_min"], cols[_START], cols[f"{_ROW}_count"])):
         key = key_cols[0][i] if len(keys) == 1 else tuple(c[i] for c in key_cols)
-        accs = []
-        for p in parts:
-            if p.kind == "count":
-                accs.append(n)
-            elif p.kind == "sum":
-                accs.append(cols[f"{p.field}_sum"][i])
-            elif p.kind in ("min", "max"):
-                accs.append(cols[f"{p.field}_{p.kind}"][i])
-            else:
-                accs.append((cols[f"{p.field}_sum"][i], cols[f"{p.field}_count"][i]))
-        out.append((first, key, start, accs))
+        out.append((first, key, start, accumulators(cols, i, parts, n)))
     return out
 
 

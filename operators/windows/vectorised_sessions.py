@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..elements import MIN_TIMESTAMP
+from .arrow_aggregates import accumulators, group_aggregations
 from .assigners import TimeWindow
 from .functions import Aggregations, BuiltinAggregate
 from .merging import MergingWindowSet
@@ -74,16 +75,7 @@ def session_groups(
     session = pc.cumulative_sum(pc.cast(starts, pa.int64()))
     with_session = ordered.append_column(_SESSION, session)
 
-    specs: list[tuple[str, str, Any]] = [(_ROW, "min", None), (_ROW, "count", None), (_TS, "min", None), (_TS, "max", None)]
-    for p in parts:
-        if p.kind in ("sum", "mean"):
-            specs.append((p.field or "", "sum", pc.ScalarAggregateOptions(min_count=0)))
-        if p.kind in ("min", "max"):
-            specs.append((p.field or "", p.kind, None))
-        if p.kind == "mean":
-            specs.append((p.field or "", "count", pc.CountOptions(mode="only_valid")))
-    unique = {(c, f): o for c, f, o in specs}
-    aggregations = [(c, f, o) if o is not None else (c, f) for (c, f), o in unique.items()]
+    aggregations = group_aggregations(parts, [(_ROW, "min"), (_ROW, "count"), (_TS, "min"), (_TS, "max")])
     result = with_session.group_by([_SESSION, *keys], use_threads=False).aggregate(aggregations)
     result = result.sort_by([(f"{_ROW}_min", "ascending")])
     cols = {name: result.column(name).to_pylist() for name in result.schema.names}
@@ -93,17 +85,7 @@ def session_groups(
         zip(cols[f"{_ROW}_min"], cols[f"{_ROW}_count"], cols[f"{_TS}_min"], cols[f"{_TS}_max"])
     ):
         key = key_cols[0][i] if len(keys) == 1 else tuple(c[i] for c in key_cols)
-        accs = []
-        for p in parts:
-            if p.kind == "count":
-                accs.append(count)
-            elif p.kind == "sum":
-                accs.append(cols[f"{p.field}_sum"][i])
-            elif p.kind in ("min", "max"):
-                accs.append(cols[f"{p.field}_{p.kind}"][i])
-            else:
-                accs.append((cols[f"{p.field}_sum"][i], cols[f"{p.field}_count"][i]))
-        out.append((first, key, TimeWindow(low, high + gap), accs))
+        out.append((first, key, TimeWindow(low, high + gap), accumulators(cols, i, parts, count)))
     return out, fallback_rows
 
 
