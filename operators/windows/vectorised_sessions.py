@@ -23,7 +23,6 @@ from .arrow_aggregates import accumulators, group_aggregations
 from .assigners import TimeWindow
 from .functions import Aggregations, BuiltinAggregate
 from .merging import MergingWindowSet
-from .triggers import TriggerResult
 
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
@@ -105,10 +104,4 @@ def add_session_partial(op: "WindowOperator", key: Any, window: TimeWindow, accs
     ctx.key = key
     ctx.window = actual
     result = op.trigger.on_element(None, window.max_timestamp(), actual, ctx)
-    if type(result) is not TriggerResult:
-        raise op._bad_trigger_result("on_element", actual, result)
-    if result.is_fire:
-        op._emit_window(key, actual, state_key)
-    if result.is_purge:
-        op._contents.pop(state_key, None)
-    op._register_cleanup_timer(key, actual)
+    op._on_element_result(result, key, actual, state_key)

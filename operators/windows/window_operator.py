@@ -296,6 +296,10 @@ class WindowOperator(StreamOperator):
             result = self.trigger.on_element(value, record.timestamp_ms, window, ctx)
         except Exception as error:
             raise record_error(self.context.name, record, f"trigger {self.trigger!r} raised {type(error).__name__}: {error} in window {window!r}", error)
+        self._on_element_result(result, key, window, state_key)
+
+    def _on_element_result(self, result: Any, key: Any, window: Any, state_key: Any) -> None:
+        """Act on what the trigger said about an element: fire, purge, and keep the cleanup timer."""
         if type(result) is not TriggerResult:
             raise self._bad_trigger_result("on_element", window, result)
         if result.is_fire:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import CancelledError
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -28,21 +28,7 @@ from operators import (
 WAIT_S = 5.0
 
 
-def run_in_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` on a fresh thread; return what it returned or the exception it raised."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = fn()
-        except BaseException as error:  # noqa: BLE001 - handed back to the test
-            box["error"] = error
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    t.join(WAIT_S)
-    assert not t.is_alive(), "the helper thread did not finish"
-    return box.get("error", box.get("result"))
+from .test_mailbox import run_in_thread  # noqa: E402 - one helper for both mailbox test files
 
 
 # ------------------------------------------------------------------ one executor per operator
