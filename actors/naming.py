@@ -6,7 +6,7 @@ import re
 
 from operators.errors import ConfigurationError
 
-__all__ = ["instance_name", "validate_job_name"]
+__all__ = ["instance_name", "task_name", "validate_job_name"]
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -19,10 +19,20 @@ def validate_job_name(job: str) -> str:
     return job
 
 
-def instance_name(job: str, operator: str, index: int, parallelism: int) -> str:
-    """The name of one operator instance.
+def instance_name(job: str, operator: str, index: int, parallelism: int, attempt: int = 0) -> str:
+    """The name of one operator instance; after a restart the job's attempt number follows, so
+    that the new actor never collides with the old one (``ray.kill`` is asynchronous).
 
-    >>> instance_name("clicks", "enrich", 0, 2)
-    'clicks/enrich[0/2]'
+    >>> instance_name("clicks", "enrich", 0, 2), instance_name("clicks", "enrich", 0, 2, attempt=1)
+    ('clicks/enrich[0/2]', 'clicks/enrich[0/2]@1')
     """
-    return f"{job}/{operator}[{index}/{parallelism}]"
+    return f"{job}/{task_name(operator, index, parallelism)}" + (f"@{attempt}" if attempt else "")
+
+
+def task_name(operator: str, index: int, parallelism: int) -> str:
+    """What names an instance's state in a checkpoint: the same in every attempt.
+
+    >>> task_name("enrich", 0, 2)
+    'enrich[0/2]'
+    """
+    return f"{operator}[{index}/{parallelism}]"

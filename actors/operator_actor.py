@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import pickle
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -46,7 +49,7 @@ from operators.watermarks import StatusWatermarkValve
 from .arrow_rows import conform_table, ipc_bytes, is_bare, table_to_rows
 from .channel import ChannelSender, InputGate
 from .metrics import OperatorMetricsExporter
-from .naming import instance_name
+from .naming import instance_name, task_name
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner
 from .processing_time import AsyncioProcessingTimeService
 from .source_actor import BlockReader
@@ -75,10 +78,20 @@ class ChainSpec:
     rows_per_round: int = 256
     mails_per_round: int = 4
     linger_ms: int = 20
+    # A checkpointed job: where states and output epochs go (``write_state``, ``read_state``,
+    # ``stage``), who is told of each snapshot, the attempt, and the checkpoint to restore.
+    checkpoints: Any = None
+    coordinator: Any = None
+    attempt: int = 0
+    restore: int | None = None
 
     @property
     def instance_name(self) -> str:
-        return instance_name(self.job, self.name, self.index, self.parallelism)
+        return instance_name(self.job, self.name, self.index, self.parallelism, self.attempt)
+
+    @property
+    def task(self) -> str:
+        return task_name(self.name, self.index, self.parallelism)
 
 
 class OperatorActor:
@@ -106,6 +119,9 @@ class OperatorActor:
         self._local_sink: LocalSink | None = None
         self._side_outputs: dict[str, list[Any]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._reader_states: dict[int, Any] = {}  # the chained source's position at each barrier
+        self._armed: str | None = None  # a chaos moment at which this process ends
+        self._checkpoints_done = 0
 
     def __repr__(self) -> str:
         return self.name
@@ -117,9 +133,24 @@ class OperatorActor:
         the source blocks this actor reads itself, as its one input channel."""
         if reader is not None and self.spec.num_inputs != 1:
             raise ValueError(f"{self.name}: a chained source must be the only input, got {self.spec.num_inputs} inputs")
+        spec = self.spec
         self._downstream = downstream
         self._reader = reader
-        self._local_sink = LocalSink() if downstream is None else None
+        stage = None
+        if downstream is None and spec.checkpoints is not None:
+            stage = functools.partial(spec.checkpoints.stage, spec.index)
+        self._local_sink = LocalSink(stage) if downstream is None else None
+        # The gate exists before any upstream actor can push into it.
+        self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity, on_item=self._wake)
+        self._restored: dict[str, Any] | None = None
+        if spec.restore is not None:
+            data = await asyncio.to_thread(spec.checkpoints.read_state, spec.restore, spec.task)
+            self._restored = state = pickle.loads(data)
+            for channel, items in enumerate(state["input"]):
+                for kind, payload in items:
+                    self._gate.file(channel, kind, payload)
+            if reader is not None:
+                reader.restore(state["reader"])
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -128,7 +159,6 @@ class OperatorActor:
         self.processor.mailbox.bind_to_current_thread()
         executor = self.processor.executor(0)
         clock = self._clock = SystemClock()
-        self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity * spec.num_inputs, on_item=self._wake)
         channel_id = 0 if spec.partitioning == "forward" else spec.index
         senders: list[ChannelSender | LocalSink]
         if self._local_sink is not None:
@@ -162,7 +192,10 @@ class OperatorActor:
             )
 
         self._chain.setup(context_for, self._output)
-        self._chain.initialize_state(None)
+        restored = self._restored
+        self._chain.initialize_state(None if restored is None else restored["chain"])
+        if restored is not None:
+            self._restore_actor_state(restored)
         self._chain.open()
         self._exporter = OperatorMetricsExporter(spec.job, spec.name, f"{spec.index}/{spec.parallelism}")
         self._exporter.export(self._figures())
@@ -267,11 +300,120 @@ class OperatorActor:
         return self._side_outputs.get(tag, [])
 
     async def _read(self, reader: BlockReader) -> None:
-        # A bad block fails the job through wait(), like an operator error (see _spawn).
-        seq = 0
+        # A bad block fails the job through wait(), like an operator error (see _spawn). Room
+        # first, then the item goes in at once: the reader's position always matches what the
+        # gate holds, whenever a barrier comes in between.
         async for kind, payload in reader.items():
-            await self._gate.push(0, seq, kind, payload)
-            seq += 1
+            await self._gate.room(0)
+            self._gate.file(0, kind, payload)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    async def trigger_checkpoint(self, checkpoint_id: int) -> None:
+        """Start checkpoint ``checkpoint_id`` at the chained source this actor reads."""
+        reader = self._reader
+        if reader is None or reader.ended:
+            self.spec.coordinator.decline.remote(self.spec.attempt, checkpoint_id, self.spec.task,
+                                                 "its input has ended" if reader is not None else "it reads no source")
+            return
+        self._reader_states[checkpoint_id] = reader.state()
+        self._gate.file(0, "barrier", checkpoint_id)
+
+    async def checkpoints_done(self) -> int:
+        """Snapshots this instance wrote and acknowledged."""
+        return self._checkpoints_done
+
+    async def arm_chaos(self, moment: str) -> bool:
+        """End this actor's process when it reaches ``moment`` (see ``cluster.chaos.MOMENTS``);
+        False if it never can (no async operator, no window, no checkpoints)."""
+        ops = self._chain.operators
+        has_async = any(hasattr(op, "queue") for op in ops)
+        reachable = {
+            "snapshot": self.spec.checkpoints is not None,
+            "queue_full": has_async, "retry_wait": has_async, "completion": has_async,
+            "window_fire": any("window" in type(op).__name__.lower() for op in ops),
+        }
+        if not reachable.get(moment, False):
+            return False
+        self._armed = moment
+        return True
+
+    def _chaos_point(self, moment: str) -> None:
+        if self._armed == moment:
+            os._exit(1)  # a crash, as the chaos tool asked: no clean-up, no goodbye
+
+    def _chaos_watch(self) -> None:
+        # Moments seen from outside the operators, on each tick.
+        if self._armed == "retry_wait" or self._armed == "completion":
+            for op in self._chain.operators:
+                for entry in getattr(op, "queue", ()):
+                    handler = getattr(entry, "handler", None)
+                    if self._armed == "retry_wait" and getattr(handler, "retry_timer", None) is not None:
+                        self._chaos_point("retry_wait")
+                    if self._armed == "completion" and getattr(entry, "done", False):
+                        self._chaos_point("completion")
+
+    async def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.processor.executor(0).execute_if_open(
+            self._chain.notify_checkpoint_complete, "checkpoint complete", checkpoint_id)
+
+    async def abort_checkpoint(self, checkpoint_id: int) -> None:
+        self._gate.drop_barriers(checkpoint_id)
+        for stale in [k for k in self._reader_states if k <= checkpoint_id]:
+            del self._reader_states[stale]
+        self.processor.executor(0).execute_if_open(
+            self._chain.notify_checkpoint_aborted, "checkpoint aborted", checkpoint_id)
+
+    def _snapshot(self, checkpoint_id: int, in_front: list[list[Any]]) -> None:
+        """Take checkpoint ``checkpoint_id`` now, on the mailbox thread, whatever the operator
+        waits for: the rows in hand and the input in front of the barriers are part of the state,
+        and the barrier leaves ahead of the output still queued, which is part of it too."""
+        self._output.flush()  # rows emitted so far belong before the barrier
+        overtaken = self._outbox.put_barrier(checkpoint_id)
+        reader_state = self._reader_states.pop(checkpoint_id, None)
+        for stale in [k for k in self._reader_states if k < checkpoint_id]:
+            del self._reader_states[stale]
+        rows = [] if self._rows is None else self._rows[self._row_pos:]
+        state = {
+            "chain": self._chain.snapshot_state(),
+            "rows": rows,
+            "input": in_front,
+            "output": overtaken,
+            "reader": reader_state,
+            "valve": self._valve,
+            "ended": sorted(self._ended),
+            "watermark": self._current_watermark,
+            "records_in": self._records_in,
+            "side_outputs": self._side_outputs,
+            "finishing": self._finishing,
+        }
+        data = pickle.dumps(state, protocol=5)
+        self._chaos_point("snapshot")
+        staged = None if self._local_sink is None else self._local_sink.staged.pop(checkpoint_id, None)
+        self._spawn(self._acknowledge(checkpoint_id, data, staged), f"writing checkpoint {checkpoint_id}")
+
+    async def _acknowledge(self, checkpoint_id: int, data: bytes, staged: Any) -> None:
+        spec = self.spec
+        size = await asyncio.to_thread(spec.checkpoints.write_state, checkpoint_id, spec.task, data)
+        if size is None:  # aborted meanwhile
+            return
+        if staged is not None:
+            size += await staged
+        self._checkpoints_done += 1
+        spec.coordinator.acknowledge.remote(spec.attempt, checkpoint_id, spec.task, size)
+
+    def _restore_actor_state(self, state: dict[str, Any]) -> None:
+        self._valve = state["valve"]
+        self._ended = set(state["ended"])
+        self._current_watermark = state["watermark"]
+        self._records_in = state["records_in"]
+        self._side_outputs = state["side_outputs"]
+        self._finishing = state["finishing"]
+        if state["rows"]:
+            self._rows, self._row_pos = list(state["rows"]), 0
+        for channel, items in enumerate(state["output"]):
+            for kind, payload in items:
+                self._outbox.put(channel, kind, payload)
 
     # -------------------------------------------------------------- mailbox side
 
@@ -281,6 +423,8 @@ class OperatorActor:
             self._output.flush()
             self._outbox.broadcast("end", None)
             await self._outbox.close()
+            if self._local_sink is not None and self.spec.checkpoints is not None:
+                await self._local_sink.cut(self.spec.checkpoints.final_epoch)
             self._chain.close()
             return self._figures()
         except BaseException:
@@ -302,7 +446,14 @@ class OperatorActor:
 
     def _default_action(self, controller: DefaultActionController) -> None:
         chain = self._chain
+        if self._gate.barriers:
+            aligned = self._gate.take_aligned_barrier()
+            if aligned is not None:
+                self._snapshot(*aligned)
+                return
         if self._outbox.is_full() or chain.is_blocked():
+            if self._armed is not None and chain.is_blocked():
+                self._chaos_point("queue_full")
             self._suspend(controller)  # woken when the outbox drains or the operator has room
             return
         if self._rows is not None:
@@ -362,7 +513,10 @@ class OperatorActor:
         for element in elements:
             if isinstance(element, Watermark):
                 self._current_watermark = element.timestamp_ms
+                before = self._output.records_out + self._output.buffered
                 self._chain.process_watermark(element)
+                if self._armed is not None and self._output.records_out + self._output.buffered > before:
+                    self._chaos_point("window_fire")
             else:
                 self._chain.process_watermark_status(element)
 
@@ -384,6 +538,8 @@ class OperatorActor:
         while True:
             await asyncio.sleep(self.spec.linger_ms / 1000)
             executor.execute(self._output.flush, "flush output", deferrable=True)
+            if self._armed is not None:
+                executor.execute(self._chaos_watch, "chaos", deferrable=True)
             beats += 1
             if beats * self.spec.linger_ms >= 1000:
                 beats = 0
@@ -415,6 +571,6 @@ class OperatorActor:
             "mailbox_depth": self.processor.mailbox.size() if hasattr(self, "processor") else 0,
             "outbox_depth": self._outbox.pending if hasattr(self, "_outbox") else 0,
             "watermark_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else wm,
-            "restarts": 0,
+            "restarts": self.spec.attempt,
             **totals,
         }

@@ -51,31 +51,57 @@ class LocalSink:
     It stands in for a ``ChannelSender`` in the ``Outbox``; the job takes the result with
     ``table()`` as the return value of an actor call, so the caller owns it and it outlives the
     actor.
+
+    With ``stage`` (a checkpointed job's two-phase output), a checkpoint barrier cuts an epoch:
+    the rows since the last barrier go to ``stage(epoch, table)`` in a worker thread, and
+    ``staged[epoch]`` is the future the actor awaits before it acknowledges the checkpoint.
     """
 
     channel_id = 0
 
-    def __init__(self) -> None:
+    def __init__(self, stage: Callable[[int, pa.Table | None], int] | None = None) -> None:
         self._tables: list[pa.Table] = []
+        self._schemas: list[pa.Schema] = []
+        self._first: dict[str, Any] | None = None
+        self._stage = stage
+        self.staged: dict[int, "asyncio.Future[int]"] = {}
         self.sent = 0
 
     async def send(self, kind: str, payload: Any) -> None:
+        self.send_now(kind, payload)
+
+    def send_now(self, kind: str, payload: Any) -> None:
         if kind == "records" and payload.num_rows:
             self._tables.append(payload.table)
+            if self._first is None:
+                self._first = payload.table.slice(0, 1).to_pylist()[0]
+            if not self._schemas or payload.table.schema != self._schemas[-1]:
+                self._schemas.append(payload.table.schema)
+        elif kind == "barrier":
+            self.cut(payload)
         self.sent += 1
+
+    def cut(self, epoch: int) -> "asyncio.Future[int]":
+        """Stage the rows since the last cut as ``epoch`` (with ``stage``); returns the future."""
+        if self._stage is None:
+            raise RuntimeError("this sink keeps its output in memory; it has no epochs to stage")
+        table, self._tables = self.table(), []
+        future = asyncio.get_running_loop().run_in_executor(None, self._stage, epoch, table)
+        self.staged[epoch] = future
+        return future
 
     async def flush(self) -> None:
         return None
 
     def schema(self) -> pa.Schema | None:
         """The schema of the output; None if nothing came out."""
-        if not self._tables:
+        if not self._schemas:
             return None
-        return pa.unify_schemas([t.schema for t in self._tables], promote_options="permissive")
+        return pa.unify_schemas(self._schemas, promote_options="permissive")
 
     def sample(self) -> dict[str, Any] | None:
         """The first output row, for error messages."""
-        return self._tables[0].slice(0, 1).to_pylist()[0] if self._tables else None
+        return self._first
 
     def table(self) -> pa.Table | None:
         if not self._tables:
@@ -127,6 +153,20 @@ class Outbox:
     def broadcast(self, kind: str, payload: Any) -> None:
         for channel in range(len(self._senders)):
             self.put(channel, kind, payload)
+
+    def put_barrier(self, checkpoint_id: int) -> list[list[tuple[str, Any]]]:
+        """Send checkpoint ``checkpoint_id``'s barrier ahead of what is queued; return, per
+        channel, the items it overtook.
+
+        The checkpoint holds the overtaken items as in-flight output, to be sent again after a
+        restore; downstream, they arrive after the barrier, outside the checkpoint. The barrier
+        leaves at once, even in front of an item waiting for credit: that item has no number yet.
+        """
+        overtaken = []
+        for queue, sender in zip(self._queues, self._senders):
+            overtaken.append(list(queue))
+            sender.send_now("barrier", checkpoint_id)
+        return overtaken
 
     @property
     def pending(self) -> int:
@@ -203,6 +243,11 @@ class BatchingOutput:
     def emit_watermark_status(self, status: WatermarkStatus) -> None:
         self.flush()
         self._outbox.broadcast("status", status.idle)
+
+    @property
+    def buffered(self) -> int:
+        """Records collected and not yet cut into a batch."""
+        return sum(len(v) for v in self._values)
 
     def collect_side(self, tag: str, value: Any) -> None:
         self._side_buffers.setdefault(tag, []).append(value)

@@ -10,6 +10,7 @@ parallelism, forward); otherwise a ``SourceActor`` runs it and sends over channe
 from __future__ import annotations
 
 import asyncio
+import pickle
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWith
 from .arrow_rows import RowBatch
 from .channel import ChannelSender
 from .keys import KeyRouter, as_router
-from .naming import instance_name
+from .naming import instance_name, task_name
 
 __all__ = ["BlockReader", "SourceActor", "event_time_ms"]
 
@@ -83,6 +84,19 @@ class BlockReader:
         self._idleness_ms = idleness_ms
         self.position = (0, 0)
         self.rows_read = 0
+        self.ended = False
+        self._watermarks: Any = None
+
+    def state(self) -> dict[str, Any]:
+        """Where the reader is, for a checkpoint: the position, the rows read, and the
+        watermark generator (the largest event time seen, idleness)."""
+        return {"position": self.position, "rows_read": self.rows_read, "watermarks": self._watermarks}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; call it before ``items()``."""
+        self.position = tuple(state["position"])
+        self.rows_read = state["rows_read"]
+        self._watermarks = state["watermarks"]
 
     def _generator(self) -> Any:
         generator: Any = BoundedOutOfOrdernessWatermarks(self._out_of_orderness_ms)
@@ -93,12 +107,18 @@ class BlockReader:
     async def items(self) -> AsyncIterator[tuple[str, Any]]:
         """The items; the position moves once the consumer asks for the next one."""
         event_time = self._timestamp_column
-        watermarks = self._generator()
+        if self._watermarks is None:
+            self._watermarks = self._generator()
+        watermarks = self._watermarks
+        start_piece, start_rows = self.position
         tick_s = None if self._idleness_ms is None else min(self._idleness_ms, 100) / 1000
         last_ref: Any = None
         whole: RowBatch | None = None
         for piece_index, piece in enumerate(self._blocks):
+            if piece_index < start_piece:
+                continue
             ref, first, length = piece if isinstance(piece, tuple) else (piece, 0, None)
+            skip = start_rows if piece_index == start_piece else 0
             if whole is None or ref is not last_ref:
                 if isinstance(ref, pa.Table):
                     table = ref
@@ -116,7 +136,7 @@ class BlockReader:
                 whole = RowBatch(table, event_time_ms(table, event_time) if event_time is not None else None)
                 last_ref = ref
             stop = whole.num_rows if length is None else min(whole.num_rows, first + length)
-            for offset in range(first, stop, self._batch_size):
+            for offset in range(first + skip, stop, self._batch_size):
                 batch = whole.slice(offset, min(self._batch_size, stop - offset))
                 after: list[Any] = []
                 if batch.timestamps is not None and batch.num_rows:
@@ -137,6 +157,7 @@ class BlockReader:
             await asyncio.sleep(0)
         # No final watermark here: a split that ends holds nothing back, but must not carry event
         # time to its end while another split is idle; the receiver does that when all inputs end.
+        self.ended = True
         yield "end", None
 
 
@@ -147,16 +168,30 @@ def _item(element: Any) -> tuple[str, Any]:
 
 
 class SourceActor:
-    """Runs a ``BlockReader`` and sends its items over channels to the first stage."""
+    """Runs a ``BlockReader`` and sends its items over channels to the first stage.
+
+    With ``checkpoints`` (a checkpointed job), ``trigger_checkpoint(id)`` sends the barrier on
+    every channel between two items, ahead of any batch still waiting for credit, and stores the
+    reader's position at that point; ``restore`` (a state from such a checkpoint) starts the
+    reader there.
+    """
 
     def __init__(
         self, job: str, name: str, index: int, parallelism: int, reader: BlockReader, *, credits: int = 4,
-        key: KeyRouter | Any = None,
+        key: KeyRouter | Any = None, checkpoints: Any = None, coordinator: Any = None, attempt: int = 0,
+        restore: int | None = None,
     ) -> None:
-        self.name = instance_name(job, name, index, parallelism)
+        self.name = instance_name(job, name, index, parallelism, attempt)
+        self.task = task_name(name, index, parallelism)
         self._reader = reader
         self._credits = credits
         self._router = as_router(key)
+        self._checkpoints = checkpoints
+        self._coordinator = coordinator
+        self._attempt = attempt
+        self._restore = restore
+        self._between_items = asyncio.Event()
+        self._between_items.set()
 
     def __repr__(self) -> str:
         return self.name
@@ -166,6 +201,27 @@ class SourceActor:
 
     async def connect(self, downstream: list[Any], channel_id: int) -> None:
         self._senders = [ChannelSender(h, channel_id, credits=self._credits) for h in downstream]
+        if self._restore is not None:
+            state = pickle.loads(await asyncio.to_thread(self._checkpoints.read_state, self._restore, self.task))
+            self._reader.restore(state["reader"])
+
+    async def trigger_checkpoint(self, checkpoint_id: int) -> None:
+        await self._between_items.wait()
+        if self._reader.ended:
+            self._coordinator.decline.remote(self._attempt, checkpoint_id, self.task, "its input has ended")
+            return
+        state = pickle.dumps({"reader": self._reader.state()}, protocol=5)
+        for sender in self._senders:
+            sender.send_now("barrier", checkpoint_id)
+        size = await asyncio.to_thread(self._checkpoints.write_state, checkpoint_id, self.task, state)
+        if size is not None:  # else aborted meanwhile
+            self._coordinator.acknowledge.remote(self._attempt, checkpoint_id, self.task, size)
+
+    async def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        return None
+
+    async def abort_checkpoint(self, checkpoint_id: int) -> None:
+        return None
 
     async def run(self) -> dict[str, Any]:
         """Batches go round-robin over the targets, or by key with ``key``; watermarks, statuses
@@ -174,16 +230,22 @@ class SourceActor:
         router = self._router
         turn = 0
         async for kind, payload in self._reader.items():
-            if kind == "records" and router is not None:
+            if kind == "records" and router is None:
+                # A barrier may overtake a batch that waits for credit: it has no number yet.
+                await senders[turn].send(kind, payload)
+                turn = (turn + 1) % len(senders)
+                continue
+            # A barrier goes between two items: all parts of an item sent to several targets
+            # go out first.
+            self._between_items.clear()
+            if kind == "records":
                 for sender, part in zip(senders, router.split(payload, len(senders))):
                     if part.num_rows:
                         await sender.send(kind, part)
-            elif kind == "records":
-                await senders[turn].send(kind, payload)
-                turn = (turn + 1) % len(senders)
             else:
                 for sender in senders:
                     await sender.send(kind, payload)
+            self._between_items.set()
         for sender in senders:
             await sender.flush()
         return {"name": self.name, "rows_sent": self._reader.rows_read}

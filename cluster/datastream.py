@@ -27,7 +27,7 @@ from operators.errors import ConfigurationError, UserFunctionError
 from operators.operator import FilterOperator, FlatMapOperator, MapOperator, StreamOperator
 from operators.retry import RetryStrategy
 
-from .job import JobResult, run_job
+from .job import CheckpointConfig, JobResult, run_job
 from .job_graph import JobGraph, OperatorNode, SourceNode
 from .windowed import KeyedStream
 
@@ -200,11 +200,26 @@ class DataStream:
 
     # --------------------------------------------------------------------- run
 
-    def execute(self, *, output_schema: pa.Schema | None = None, progress: bool = True) -> JobResult:
-        """Run the pipeline to the end of its input; the output stays in the object store."""
+    def execute(
+        self, *, output_schema: pa.Schema | None = None, progress: bool = True,
+        checkpoint_interval_ms: int | None = None, checkpoint_dir: str | None = None,
+        resume_from: str | None = None, max_restarts: int = 20, restart_window_s: float = 60.0,
+        checkpoint_timeout_ms: int = 60_000, checkpoint_filesystem: Any = None,
+    ) -> JobResult:
+        """Run the pipeline to the end of its input; the output stays in the object store.
+
+        With ``checkpoint_interval_ms``, the job takes a checkpoint that often (in
+        ``checkpoint_dir``, a path or ``pyarrow.fs`` URI), and recovers from the death of any of
+        its actors, up to ``max_restarts`` within ``restart_window_s``. ``resume_from`` starts it
+        from the latest checkpoint of an earlier run (its job directory, ``<checkpoint_dir>/<job>``).
+        A checkpoint not complete after ``checkpoint_timeout_ms`` is aborted.
+        """
         self._check_ray()
         return run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress,
-                       side_tags=("dead_letter", *self._graph.side_tags))
+                       side_tags=("dead_letter", *self._graph.side_tags),
+                       checkpoint=CheckpointConfig(
+                           checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
+                           resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
 
     @staticmethod
     def _check_ray() -> None:

@@ -7,8 +7,11 @@ actor, stops the job, kills its actors, and raises ``JobFailedError`` with the c
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -17,14 +20,17 @@ import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
 from tqdm.auto import tqdm
 
-from actors.naming import instance_name, validate_job_name
+from actors.naming import instance_name, task_name, validate_job_name
 from actors.operator_actor import ChainSpec, OperatorActor
 from actors.source_actor import BlockReader, SourceActor
-from operators.errors import ActorflowError, JobFailedError
+from operators.errors import ActorflowError, ConfigurationError, JobFailedError
+
+from .checkpoints.coordinator import CheckpointConfig, CheckpointCoordinator, JobCheckpoints
+from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode
 
-__all__ = ["JobResult", "run_job"]
+__all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
 NAMESPACE = "actorflow"
 
@@ -46,6 +52,10 @@ class JobResult:
     elapsed_s: float
     figures: list[dict[str, Any]] = field(default_factory=list)
     finished: Any = None
+    restarts: int = 0
+    recoveries_s: list[float] = field(default_factory=list)  # failure seen -> new actors running
+    failures: list[str] = field(default_factory=list)  # "<actor>: <error>", one per restart
+    checkpoints: dict[str, Any] | None = None  # the coordinator's figures
 
     def to_arrow(self) -> pa.Table:
         tables = [t for t in ray.get(self.tables) if t is not None]
@@ -62,9 +72,27 @@ def _actor_class(cls: type) -> Any:
 
 
 def _remote(cls: type, name: str, num_cpus: float, **options: Any) -> Any:
-    return _actor_class(cls).options(
+    return _NamedActor(_actor_class(cls).options(
         name=name, namespace=NAMESPACE, num_cpus=num_cpus, max_restarts=0, lifetime=None, **options
-    )
+    ), name)
+
+
+class _NamedActor:
+    """Creates a named actor; while an earlier run's actor of the same name is still being
+    killed (``ray.kill`` is asynchronous), waits for the name to be free, up to 10 s."""
+
+    def __init__(self, options: Any, name: str) -> None:
+        self._options, self._name = options, name
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return self._options.remote(*args, **kwargs)
+            except ValueError as error:
+                if "already taken" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
 
 def run_job(
@@ -76,30 +104,155 @@ def run_job(
     progress: bool = True,
     actor_num_cpus: float = 0.0,
     on_finish: Callable[[list[Any], list[pa.Schema | None]], Any] | None = None,
+    checkpoint: CheckpointConfig | None = None,
 ) -> JobResult:
     """Run ``graph`` on the connected Ray cluster until its input is exhausted.
 
     ``on_finish(last_stage_actors, their_schemas)`` runs after the job drained and before its
     actors go; what it returns is ``JobResult.finished``, and ``JobResult.tables`` stays empty.
-    A sink uses it to have the actors write their output in the form it reads.
+    A sink uses it to have the actors write their output in the form it reads. A checkpointed
+    job's output is in storage instead: ``on_finish`` is not called, and ``tables`` holds it.
 
     The first stage reads the source itself when their parallelism matches, and the last stage
     keeps its output: a job of operators with one parallelism P runs on P actors. Otherwise
     source actors feed the first stage over rebalancing channels.
+
+    With ``checkpoint`` enabled, a coordinator actor takes checkpoints, and the death of any
+    actor restarts the job from the latest complete one (from the beginning before the first),
+    within the restart budget. Without, the first failure fails the job.
     """
-    job = validate_job_name(job_name or f"job-{uuid.uuid4().hex[:8]}")
-    stages = graph.stages()
-    source = graph.source
-    chained_source = stages[0].partitioning == "forward"
+    resumed = checkpoint.resume_from.rstrip("/").rpartition("/")[2] if checkpoint and checkpoint.resume_from else None
+    job = validate_job_name(job_name or resumed or f"job-{uuid.uuid4().hex[:8]}")
+    config = checkpoint if checkpoint is not None and checkpoint.enabled else None
     started = time.perf_counter()
-    handles: list[Any] = []
+    if config is None:
+        attempt = _Attempt(graph, job, 0, None, None, None, output_schema, actor_num_cpus)
+        try:
+            attempt.deploy()
+            attempt.await_end(progress)
+            return attempt.result(started, side_tags, on_finish)
+        except _AttemptFailed as failure:
+            raise _job_failure(job, failure.error) from _cause(failure.error)
+        except RayError as error:  # an actor died, or a call into one failed, outside the wait
+            raise _job_failure(job, error) from _cause(error)
+        finally:
+            attempt.kill()
+    return _run_recoverable(graph, job, config, started, output_schema, side_tags, progress, actor_num_cpus)
+
+
+def _run_recoverable(
+    graph: JobGraph, job: str, config: CheckpointConfig, started: float, output_schema: pa.Schema | None,
+    side_tags: tuple[str, ...], progress: bool, actor_num_cpus: float,
+) -> JobResult:
+    checkpoints, first_id = _open_checkpoints(job, config)
+    coordinator = _remote(CheckpointCoordinator, f"{job}/checkpoint-coordinator", 0).remote(
+        job, checkpoints, config, first_id)
+    restarts: deque[float] = deque()
+    recoveries_s: list[float] = []
+    failures: list[str] = []
+    number = 0
+    restore = ray.get(coordinator.restore_point.remote(0)) if config.resume_from is not None else None
     try:
+        while True:
+            attempt = _Attempt(graph, job, number, checkpoints.for_attempt(number), coordinator, restore,
+                               output_schema, actor_num_cpus)
+            failed_at = None if number == 0 else time.monotonic()
+            try:
+                attempt.deploy()
+                if failed_at is not None:
+                    recoveries_s.append(time.monotonic() - failed_at)
+                attempt.await_end(progress)
+                ray.get(coordinator.stop.remote())
+                checkpoints.output.commit(checkpoints.final_epoch, number)
+                result = attempt.result(started, side_tags, None, output=checkpoints.output)
+                result.restarts, result.recoveries_s, result.failures = number, recoveries_s, failures
+                result.checkpoints = ray.get(coordinator.figures.remote())
+                return result
+            except (_AttemptFailed, RayError) as failure:
+                error = failure.error if isinstance(failure, _AttemptFailed) else failure
+                dead = attempt.dead_actor()
+                attempt.kill()
+                if dead is None:  # an operator failed: a replay would fail the same way
+                    raise _job_failure(job, error) from _cause(error)
+                failures.append(f"{dead}: {_describe(error)}")
+                now = time.monotonic()
+                restarts.append(now)
+                while restarts and restarts[0] < now - config.restart_window_s:
+                    restarts.popleft()
+                if len(restarts) > config.max_restarts:
+                    raise JobFailedError(
+                        f"job {job!r} failed: {len(restarts) - 1} restarts within {config.restart_window_s:g} s used up "
+                        f"its restart budget (max_restarts={config.max_restarts}); the last failure: actor {dead} died: "
+                        f"{_describe(error)}"
+                    ) from _cause(error)
+                number += 1
+                restore = ray.get(coordinator.restore_point.remote(number))
+    finally:
+        ray.kill(coordinator, no_restart=True)
+
+
+def _open_checkpoints(job: str, config: CheckpointConfig) -> tuple[JobCheckpoints, int]:
+    """The job's checkpoint storage, and the first checkpoint id of this run.
+
+    A fresh run starts the job's directory afresh; ``resume_from`` keeps it, and carries on
+    from its latest complete checkpoint with ids above every id it holds.
+    """
+    if config.resume_from is not None:
+        path = config.resume_from.rstrip("/")
+        root, _, name = path.rpartition("/")
+        if name != job:
+            raise ConfigurationError(
+                f"resume_from={config.resume_from!r} holds the checkpoints of job {name!r}, not of {job!r}; "
+                f"pass job_name={name!r}")
+        storage = CheckpointStorage(root, job=job, filesystem=config.filesystem)
+        if storage.latest() is None:
+            raise CheckpointError(f"resume_from={config.resume_from!r} holds no complete checkpoint of job {job!r}")
+        ids = storage.checkpoint_ids(complete_only=False)
+        return JobCheckpoints(storage), max(ids) + 1
+    directory = config.directory or default_checkpoint_directory()
+    storage = CheckpointStorage(directory, job=job, filesystem=config.filesystem)
+    storage.filesystem.delete_dir_contents(storage.directory, missing_dir_ok=True)
+    return JobCheckpoints(storage), 1
+
+
+def default_checkpoint_directory() -> str:
+    """``$ACTORFLOW_CHECKPOINT_DIR``, or ``actorflow-checkpoints`` in the temporary directory."""
+    return os.environ.get("ACTORFLOW_CHECKPOINT_DIR") or os.path.join(tempfile.gettempdir(), "actorflow-checkpoints")
+
+
+class _AttemptFailed(Exception):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Attempt:
+    """One deployment of the job's actors: the first, or one after a restart."""
+
+    def __init__(
+        self, graph: JobGraph, job: str, number: int, checkpoints: JobCheckpoints | None, coordinator: Any,
+        restore: int | None, output_schema: pa.Schema | None, actor_num_cpus: float,
+    ) -> None:
+        self.graph, self.job, self.number = graph, job, number
+        self.checkpoints, self.coordinator, self.restore = checkpoints, coordinator, restore
+        self.output_schema, self.actor_num_cpus = output_schema, actor_num_cpus
+        self.handles: list[Any] = []
+        self.names: dict[Any, str] = {}
+        self.stage_actors: list[list[Any]] = []
+        self.sources: list[Any] = []
+        self.refs: list[Any] = []
+
+    def deploy(self) -> None:
+        graph, job = self.graph, self.job
+        stages = graph.stages()
+        source = graph.source
+        chained_source = stages[0].partitioning == "forward"
         # Create stages from the last to the first, so every actor knows its downstream. Actor
         # creation does not block: all the processes start at once.
         downstream: list[Any] | None = None
         downstream_partitioning = "forward"
-        stage_actors: list[list[Any]] = []
         wiring: list[tuple[Any, list[Any] | None, bool, int]] = []
+        tasks: list[str] = []
         for position in range(len(stages) - 1, -1, -1):
             stage = stages[position]
             num_inputs = source.parallelism if position == 0 else stages[position - 1].parallelism
@@ -116,12 +269,19 @@ def run_job(
                     operator_factories=[n.factory for n in stage.nodes],
                     partitioning=downstream_partitioning,
                     key=None if position == len(stages) - 1 else stages[position + 1].key,
-                    output_schema=output_schema if position == len(stages) - 1 else None,
+                    output_schema=self.output_schema if position == len(stages) - 1 else None,
                     input_schema=source.schema,
+                    checkpoints=self.checkpoints,
+                    coordinator=self.coordinator,
+                    attempt=self.number,
+                    restore=self.restore,
                 )
-                actors.append(_remote(OperatorActor, spec.instance_name, actor_num_cpus).remote(spec))
-            handles.extend(actors)
-            stage_actors.insert(0, actors)
+                actor = _remote(OperatorActor, spec.instance_name, self.actor_num_cpus).remote(spec)
+                self.names[actor] = spec.instance_name
+                tasks.append(spec.task)
+                actors.append(actor)
+            self.handles.extend(actors)
+            self.stage_actors.insert(0, actors)
             for i, actor in enumerate(actors):
                 targets = None if downstream is None else (
                     [downstream[i]] if downstream_partitioning == "forward" else downstream)
@@ -135,40 +295,68 @@ def run_job(
             actor.connect.remote(targets, _reader(source, splits[i]) if reads_source else None)
             for actor, targets, reads_source, i in wiring
         ]
-        first = stage_actors[0]
-        sources: list[Any] = []
+        first = self.stage_actors[0]
         if not chained_source:
             for i in range(source.parallelism):
-                name = instance_name(job, source.name, i, source.parallelism)
-                handle = _remote(SourceActor, name, actor_num_cpus).remote(
+                name = instance_name(job, source.name, i, source.parallelism, self.number)
+                handle = _remote(SourceActor, name, self.actor_num_cpus).remote(
                     job, source.name, i, source.parallelism, _reader(source, splits[i]),
-                    key=stages[0].key if stages[0].partitioning == "hash" else None)
+                    key=stages[0].key if stages[0].partitioning == "hash" else None,
+                    checkpoints=self.checkpoints, coordinator=self.coordinator, attempt=self.number,
+                    restore=self.restore)
+                self.names[handle] = name
+                tasks.append(task_name(source.name, i, source.parallelism))
                 connects.append(handle.connect.remote(first, i))
-                sources.append(handle)
-            handles.extend(sources)
+                self.sources.append(handle)
+            self.handles.extend(self.sources)
         ray.get(connects)
-        ray.get([a.start.remote() for actors in stage_actors for a in actors])
+        if self.coordinator is not None:
+            readers = first if chained_source else self.sources
+            ray.get(self.coordinator.configure.remote(self.number, tasks, readers, self.handles))
+        ray.get([a.start.remote() for actors in self.stage_actors for a in actors])
+        self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for actors in self.stage_actors for a in actors]
 
-        runs = [s.run.remote() for s in sources]
-        waits = [a.wait.remote() for actors in stage_actors for a in actors]
-        _await_job(job, runs + waits, first, [a for actors in stage_actors for a in actors], source.total_rows,
-                   progress)
-        figures = ray.get(runs + waits)
-        last = stage_actors[-1]
-        # With a hook, the hook takes the output in its own form; the tables are not made too.
-        tables = [a.take_table.remote() for a in last] if on_finish is None else []
-        schemas = ray.get([a.output_schema.remote() for a in last])
-        side = {tag: [v for values in ray.get([a.take_side.remote(tag) for actors in stage_actors for a in actors])
+    def await_end(self, progress: bool) -> None:
+        operators = [a for actors in self.stage_actors for a in actors]
+        _await_job(self.job, self.refs, self.stage_actors[0], operators, self.graph.source.total_rows, progress)
+
+    def result(
+        self, started: float, side_tags: tuple[str, ...], on_finish: Callable[..., Any] | None,
+        output: Any = None,
+    ) -> JobResult:
+        figures = ray.get(self.refs)
+        last = self.stage_actors[-1]
+        side = {tag: [v for values in ray.get([a.take_side.remote(tag) for actors in self.stage_actors for a in actors])
                       for v in values] for tag in side_tags}
-        finished = on_finish(last, schemas) if on_finish is not None else None
-        ray.wait(tables, num_returns=len(tables), fetch_local=False)
+        finished = None
+        if output is not None:  # a checkpointed job: the committed output, read from storage
+            tables = [ray.put(t) for t in (output.read(i) for i in range(len(last)))]
+            schemas = [t.schema if t is not None else None for t in ray.get(tables)]
+        else:
+            # With a hook, the hook takes the output in its own form; the tables are not made too.
+            tables = [a.take_table.remote() for a in last] if on_finish is None else []
+            schemas = ray.get([a.output_schema.remote() for a in last])
+            finished = on_finish(last, schemas) if on_finish is not None else None
+            ray.wait(tables, num_returns=len(tables), fetch_local=False)
         output_rows = sum(f["records_out"] for f in ray.get([a.stats.remote() for a in last]))
-        return JobResult(job, tables, schemas, side, source.total_rows, output_rows, time.perf_counter() - started,
-                         figures, finished)
-    except RayError as error:  # an actor died, or a call into one failed, outside the wait
-        raise _job_failure(job, error) from _cause(error)
-    finally:
-        for handle in handles:
+        if output is not None:
+            output_rows = sum(t.num_rows for t in ray.get(tables) if t is not None)
+        return JobResult(self.job, tables, schemas, side, self.graph.source.total_rows, output_rows,
+                         time.perf_counter() - started, figures, finished)
+
+    def dead_actor(self) -> str | None:
+        """The name of an actor of this attempt that died, or None if all are alive."""
+        probes = {handle.__ray_ready__.remote(): handle for handle in self.handles}
+        ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=10)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayError:
+                return self.names[probes[ref]]
+        return None
+
+    def kill(self) -> None:
+        for handle in self.handles:
             ray.kill(handle, no_restart=True)
 
 
@@ -201,13 +389,13 @@ def _await_job(
                 try:
                     ray.get(ref)
                 except RayError as error:
-                    raise _job_failure(job, error) from _cause(error)
+                    raise _AttemptFailed(error) from _cause(error)
             if progress and not bar.disable and pending and time.monotonic() - polled >= 0.5:
                 polled = time.monotonic()
                 try:
                     figures = ray.get([a.record_progress.remote() for a in operators])
                 except RayError as error:  # an actor died between two polls
-                    raise _job_failure(job, error) from _cause(error)
+                    raise _AttemptFailed(error) from _cause(error)
                 first = figures[: len(first_stage)]
                 bar.update(min(total_rows, sum(f["done"] for f in first)) - bar.n)
                 oldest = max((f["oldest_ms"] for f in figures if f["oldest_ms"] is not None), default=None)
@@ -226,6 +414,11 @@ def _cause(error: BaseException) -> BaseException:
         cause = error.cause if getattr(error, "cause", None) is not None else error
         return cause
     return error
+
+
+def _describe(error: BaseException) -> str:
+    cause = _cause(error)
+    return f"{type(cause).__name__}: {cause}".splitlines()[0][:500]
 
 
 def _job_failure(job: str, error: BaseException) -> JobFailedError:

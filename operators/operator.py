@@ -112,6 +112,13 @@ class StreamOperator:
     def snapshot_state(self) -> Any | None:
         return None
 
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is complete. A notification may be skipped: a later
+        one covers the earlier checkpoints too, so nothing may depend on seeing each."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` was aborted; its snapshot will never be restored."""
+
     def end_input(self) -> None:
         pass
 
@@ -246,6 +253,14 @@ class OperatorChain:
 
     def snapshot_state(self) -> list[Any]:
         return [op.snapshot_state() for op in self.operators]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        for op in self.operators:
+            op.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        for op in self.operators:
+            op.notify_checkpoint_aborted(checkpoint_id)
 
     def process_element(self, record: Record) -> None:
         self.head.process_element(record)

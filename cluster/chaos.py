@@ -1,0 +1,232 @@
+"""Chaos tooling: kill a running job's actors, and check that its output is still exact.
+
+>>> monkey = ChaosMonkey("clicks", every_s=2.0, max_kills=10)     # doctest: +SKIP
+>>> with monkey:                                                   # doctest: +SKIP
+...     result = stream.execute(checkpoint_interval_ms=1_000)
+>>> compare_outputs(expected, result.to_arrow(), key="click_id")   # doctest: +SKIP
+{'lost': 0, 'duplicated': 0, 'unexpected': 0, ...}
+
+- ``kill_actor(job, operator)`` kills one operator instance of a running job, now.
+- ``ChaosMonkey`` kills a random instance every ``every_s`` seconds, at most ``max_kills`` times,
+  from a thread of its own; ``moment=`` has each kill happen at a named point inside the actor
+  instead (``MOMENTS``): the actor is armed and ends its own process when it gets there.
+- ``compare_outputs`` compares two outputs row by row, grouped by a key column.
+
+Only operator and source actors are killed, never the job's checkpoint coordinator.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import pyarrow as pa
+import ray
+from ray.exceptions import RayActorError
+
+from operators.errors import ConfigurationError
+
+__all__ = ["MOMENTS", "ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor", "live_instances"]
+
+NAMESPACE = "actorflow"
+
+#: Where an armed actor ends its process (see ``OperatorActor.arm_chaos``).
+MOMENTS = {
+    "snapshot": "while it takes a checkpoint's snapshot, before the state is written",
+    "queue_full": "while its async queue is full and input waits for room",
+    "retry_wait": "while a record waits for its retry",
+    "completion": "between an async result's completion and its emission",
+    "window_fire": "while a window fires, before its results are sent on",
+}
+
+
+def live_instances(job: str) -> list[str]:
+    """The names of the job's live operator and source actors (not its coordinator)."""
+    from ray.util.state import list_actors
+
+    actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False)
+    prefix = f"{job}/"
+    return sorted(a.name for a in actors if a.name and a.name.startswith(prefix) and "[" in a.name)
+
+
+def kill_actor(job: str, operator: str | None = None, *, rng: random.Random | None = None) -> str | None:
+    """Kill one live instance of ``job`` whose name holds ``operator`` (any, if None); returns
+    its name, or None if there was none to kill."""
+    names = [n for n in live_instances(job) if _is_of(job, n, operator)]
+    if not names:
+        return None
+    name = (rng or random).choice(names)
+    try:
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+    except ValueError:  # it went meanwhile
+        return None
+    return name
+
+
+def _is_of(job: str, name: str, operator: str | None) -> bool:
+    # The operator part of "<job>/<operator>[i/n]@attempt": a job's own name may hold the word.
+    return operator is None or operator in name[len(job) + 1:]
+
+
+@dataclass
+class ChaosReport:
+    """What a run under chaos produced, against a failure-free run."""
+
+    lost: int
+    duplicated: int
+    unexpected: int
+    expected_rows: int
+    actual_rows: int
+    kills: list[tuple[float, str]] = field(default_factory=list)  # (seconds into the run, actor)
+    restarts: int = 0
+    recoveries_s: list[float] = field(default_factory=list)
+    examples: dict[str, list[Any]] = field(default_factory=dict)  # a few keys of each kind
+
+    @property
+    def exact(self) -> bool:
+        return self.lost == self.duplicated == self.unexpected == 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "lost": self.lost, "duplicated": self.duplicated, "unexpected": self.unexpected,
+            "expected_rows": self.expected_rows, "actual_rows": self.actual_rows,
+            "kills": len(self.kills), "restarts": self.restarts,
+            "recovery_s": [round(r, 3) for r in self.recoveries_s],
+        }
+
+    def lines(self) -> list[str]:
+        out = [
+            f"rows: {self.actual_rows:,} out, {self.expected_rows:,} expected",
+            f"lost {self.lost}, duplicated {self.duplicated}, unexpected {self.unexpected}"
+            + ("  (exact)" if self.exact else ""),
+            f"kills {len(self.kills)}, restarts {self.restarts}",
+        ]
+        for at, name in self.kills:
+            out.append(f"  killed {name} at {at:.1f} s")
+        for i, seconds in enumerate(self.recoveries_s, 1):
+            out.append(f"  recovery {i}: {seconds:.2f} s")
+        for kind, keys in self.examples.items():
+            if keys:
+                out.append(f"  {kind}, e.g. keys {keys}")
+        return out
+
+
+def compare_outputs(expected: pa.Table, actual: pa.Table, key: str | Sequence[str]) -> ChaosReport:
+    """Compare ``actual`` with ``expected`` row by row within each key.
+
+    ``lost``: expected rows missing from ``actual``; ``duplicated``: rows of ``expected`` that
+    ``actual`` holds more often; ``unexpected``: rows of ``actual`` that ``expected`` does not
+    hold at all (a changed value, or a key it does not know). Row order does not matter.
+    """
+    keys = [key] if isinstance(key, str) else list(key)
+    for table, which in ((expected, "expected"), (actual, "actual")):
+        missing = [k for k in keys if k not in table.column_names]
+        if missing:
+            raise ConfigurationError(f"key column(s) {missing} not in the {which} output; it has {table.column_names}")
+    columns = sorted(set(expected.column_names) | set(actual.column_names))
+
+    def rows(table: pa.Table) -> dict[Any, Counter]:
+        by_key: dict[Any, Counter] = {}
+        for row in table.to_pylist():
+            k = tuple(_hashable(row[c]) for c in keys)
+            by_key.setdefault(k, Counter())[tuple(_hashable(row.get(c)) for c in columns)] += 1
+        return by_key
+
+    want, got = rows(expected), rows(actual)
+    lost = duplicated = unexpected = 0
+    examples: dict[str, list[Any]] = {"lost": [], "duplicated": [], "unexpected": []}
+    for k in set(want) | set(got):
+        w, g = want.get(k, Counter()), got.get(k, Counter())
+        for row in set(w) | set(g):
+            if row in w:
+                missing, extra = max(0, w[row] - g[row]), max(0, g[row] - w[row])
+                lost += missing
+                duplicated += extra
+                kinds = [("lost", missing), ("duplicated", extra)]
+            else:
+                unexpected += g[row]
+                kinds = [("unexpected", g[row])]
+            for kind, count in kinds:
+                if count and len(examples[kind]) < 5:
+                    examples[kind].append(k[0] if len(k) == 1 else k)
+    return ChaosReport(lost, duplicated, unexpected, expected.num_rows, actual.num_rows, examples=examples)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+class ChaosMonkey:
+    """Kills instances of a running job from a thread, every ``every_s`` seconds, ``max_kills``
+    times at most; use it as a context manager around the run.
+
+    The first kill comes ``first_after_s`` after the start (default ``every_s``). ``operator``
+    limits the kills to instances whose name holds it. With ``moment``, each kill arms a live
+    instance to end its process at that moment (see ``MOMENTS``) instead of killing it at once.
+    """
+
+    def __init__(
+        self, job: str, *, every_s: float, max_kills: int, operator: str | None = None, moment: str | None = None,
+        seed: int = 0, first_after_s: float | None = None,
+    ) -> None:
+        if every_s <= 0 or max_kills < 0:
+            raise ConfigurationError(f"every_s must be > 0 and max_kills >= 0, got {every_s!r} and {max_kills!r}")
+        if moment is not None and moment not in MOMENTS:
+            raise ConfigurationError(f"moment must be one of {sorted(MOMENTS)}, got {moment!r}")
+        self.job, self.every_s, self.max_kills = job, every_s, max_kills
+        self.operator, self.moment = operator, moment
+        self.first_after_s = every_s if first_after_s is None else first_after_s
+        self._rng = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"chaos-{job}", daemon=True)
+        self.kills: list[tuple[float, str]] = []
+        self._started = 0.0
+
+    def __enter__(self) -> "ChaosMonkey":
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        wait = self.first_after_s
+        while len(self.kills) < self.max_kills and not self._stop.wait(wait):
+            wait = self.every_s
+            name = self._strike()
+            if name is not None:
+                self.kills.append((time.monotonic() - self._started, name))
+
+    def _strike(self) -> str | None:
+        if self.moment is None:
+            return kill_actor(self.job, self.operator, rng=self._rng)
+        names = [n for n in live_instances(self.job) if _is_of(self.job, n, self.operator)
+                 and not n.startswith(f"{self.job}/source[")]
+        if not names:
+            return None
+        name = self._rng.choice(names)
+        try:
+            armed = ray.get(ray.get_actor(name, namespace=NAMESPACE).arm_chaos.remote(self.moment), timeout=10)
+        except RayActorError:  # armed, and at the moment already before its answer left
+            return name
+        except Exception:  # noqa: BLE001 - it went meanwhile, or is slow; try again next time
+            return None
+        if not armed:
+            return None
+        # The kill is the actor's own; wait until it happened, so the next one is not armed too early.
+        deadline = time.monotonic() + max(self.every_s, 30.0)
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if name not in live_instances(self.job):
+                return name
+            time.sleep(0.1)
+        return None

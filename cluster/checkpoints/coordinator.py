@@ -1,0 +1,259 @@
+"""The checkpoint coordinator: one actor per job that starts checkpoints and completes them.
+
+Protocol (after Flink's ``CheckpointCoordinator``, one checkpoint at a time):
+
+1. ``trigger`` picks the next id and asks every task that reads the input to inject a barrier
+   there (``trigger_checkpoint(id)`` on the source actors, or on the operator actors that read
+   their source themselves). A reader whose input has ended declines; the checkpoint is aborted.
+2. Each task snapshots its state when the barrier has reached it on every input, writes it to
+   storage (the last stage also stages its output epoch), and acknowledges.
+3. When every task has acknowledged, the coordinator writes the checkpoint's metadata (the commit
+   point), commits the output epoch, keeps the newest ``retain`` checkpoints, and notifies the
+   tasks. A checkpoint that is declined or runs past ``timeout_ms`` is aborted: its files go.
+
+Every call carries the job's *attempt*: after a restore, an acknowledgement from an actor of an
+earlier attempt is ignored.
+
+Threading model: a Ray asyncio actor; the filesystem work runs in worker threads, one
+checkpoint at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from ray.util import metrics as ray_metrics
+
+from operators.errors import ConfigurationError
+
+from .sink import FINAL_EPOCH, TwoPhaseOutput
+from .storage import CheckpointError, CheckpointStorage, PendingCheckpoint
+
+__all__ = ["CheckpointConfig", "CheckpointCoordinator", "JobCheckpoints"]
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """How a job takes checkpoints and recovers.
+
+    ``interval_ms``: time between checkpoints (None: none are taken; an actor failure then
+    restarts the job from its beginning, if ``max_restarts`` allows). ``directory``: a path or
+    ``pyarrow.fs`` URI every actor can reach; ``filesystem`` may give the filesystem itself.
+    ``retain``: complete checkpoints kept. ``max_restarts`` within ``restart_window_s``: the
+    restart budget; past it the job fails, naming the actor and its last error.
+    ``resume_from``: a job directory of an earlier run (``<directory>/<job>``); the job starts
+    from its latest complete checkpoint and keeps the output that checkpoint committed.
+    """
+
+    interval_ms: int | None = None
+    directory: str | None = None
+    filesystem: Any = None
+    timeout_ms: int = 60_000
+    retain: int = 3
+    max_restarts: int = 20
+    restart_window_s: float = 60.0
+    resume_from: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.interval_ms is not None and (not isinstance(self.interval_ms, int) or self.interval_ms < 10):
+            raise ConfigurationError(f"checkpoint_interval_ms must be an int >= 10 or None, got {self.interval_ms!r}")
+        if not isinstance(self.timeout_ms, int) or self.timeout_ms <= 0:
+            raise ConfigurationError(f"checkpoint timeout_ms must be an int > 0, got {self.timeout_ms!r}")
+        if not isinstance(self.retain, int) or self.retain < 1:
+            raise ConfigurationError(f"retain must be an int >= 1, got {self.retain!r}")
+        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ConfigurationError(f"max_restarts must be an int >= 0, got {self.max_restarts!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval_ms is not None or self.resume_from is not None
+
+
+class JobCheckpoints:
+    """What an actor of a checkpointed job is given: where its state and output epochs go.
+
+    Picklable (a ``pyarrow.fs`` filesystem and paths), so each actor writes straight to storage.
+    """
+
+    final_epoch = FINAL_EPOCH
+
+    def __init__(self, storage: CheckpointStorage, attempt: int = 0) -> None:
+        self.storage = storage
+        self.output = TwoPhaseOutput(storage)
+        self.attempt = attempt
+
+    def for_attempt(self, attempt: int) -> "JobCheckpoints":
+        return JobCheckpoints(self.storage, attempt)
+
+    def write_state(self, checkpoint_id: int, task: str, data: bytes) -> int | None:
+        """Store ``task``'s state; None if the checkpoint was aborted meanwhile."""
+        try:
+            return PendingCheckpoint(self.storage, checkpoint_id, self.storage._path(checkpoint_id)).write(task, data)
+        except CheckpointError:
+            return None
+
+    def read_state(self, checkpoint_id: int, task: str) -> bytes:
+        return self.storage.get(checkpoint_id).read(task)
+
+    def stage(self, instance: int, epoch: int, table: pa.Table | None) -> int:
+        return self.output.stage(instance, epoch, table, self.attempt)
+
+
+_metrics: dict[str, Any] = {}
+
+
+def _gauge(name: str, description: str) -> Any:
+    if name not in _metrics:
+        _metrics[name] = ray_metrics.Gauge(f"actorflow_{name}", description, tag_keys=("job",))
+    return _metrics[name]
+
+
+class CheckpointCoordinator:
+    """``ray.remote`` is applied at the edge (``cluster.job``)."""
+
+    def __init__(self, job: str, checkpoints: JobCheckpoints, config: CheckpointConfig, first_id: int) -> None:
+        self.job = job
+        self.checkpoints = checkpoints
+        self.storage = checkpoints.storage
+        self.config = config
+        self.attempt = 0
+        self._next_id = first_id
+        self._tasks: set[str] = set()
+        self._readers: list[Any] = []
+        self._participants: list[Any] = []
+        self._pending: PendingCheckpoint | None = None
+        self._acks: dict[str, int] = {}
+        self._started = 0.0
+        self._lock = asyncio.Lock()
+        self._durations_s: list[float] = []
+        self._completed: list[int] = []
+        self._aborted: list[tuple[int, str]] = []
+        self._sizes: list[int] = []
+        self._ticker: asyncio.Task[None] | None = None
+        self._tags = {"job": job}
+        for name, description in (("checkpoint_duration_ms", "Duration of the last complete checkpoint"),
+                                  ("checkpoint_size_bytes", "Size of the last complete checkpoint"),
+                                  ("last_completed_checkpoint", "Id of the last complete checkpoint")):
+            _gauge(name, description).set(0.0, tags=self._tags)
+
+    def __repr__(self) -> str:
+        return f"{self.job}/checkpoint-coordinator"
+
+    async def configure(self, attempt: int, tasks: list[str], readers: list[Any], participants: list[Any]) -> None:
+        """Take on a new attempt of the job: its tasks, the ones that read the input, all actors."""
+        async with self._lock:
+            await self._abort_pending("the job restarts")
+            self.attempt = attempt
+            self._tasks = set(tasks)
+            self._readers = readers
+            self._participants = participants
+        if self.config.interval_ms is not None and self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def restore_point(self, attempt: int) -> int | None:
+        """Before a (re)start: abort what is pending, drop the output no complete checkpoint
+        committed, and return the latest complete checkpoint (None: start from the beginning).
+
+        The coordinator commits output right after the metadata that completes a checkpoint;
+        the coordinator is not among the actors a failure restarts, so nothing comes between.
+        """
+        async with self._lock:
+            await self._abort_pending("the job restarts")
+            self.attempt = attempt  # nothing from an attempt that failed counts any more
+            self._readers, self._participants = [], []
+            latest = await asyncio.to_thread(self.storage.latest)
+            await asyncio.to_thread(self.checkpoints.output.discard_staged)
+            await asyncio.to_thread(self.storage.discard_incomplete)
+            if latest is None:
+                return None
+            return latest.checkpoint_id
+
+    async def trigger(self) -> int | None:
+        """Start a checkpoint now; None if one is still running."""
+        async with self._lock:
+            if self._pending is not None or not self._readers:
+                return None
+            checkpoint_id = self._next_id
+            self._next_id += 1
+            self._pending = await asyncio.to_thread(self.storage.begin, checkpoint_id)
+            self._acks = {}
+            self._started = time.monotonic()
+            for reader in self._readers:
+                reader.trigger_checkpoint.remote(checkpoint_id)
+            asyncio.get_running_loop().create_task(self._expire(checkpoint_id))
+            return checkpoint_id
+
+    async def acknowledge(self, attempt: int, checkpoint_id: int, task: str, size_bytes: int) -> None:
+        async with self._lock:
+            pending = self._pending
+            if attempt != self.attempt or pending is None or pending.checkpoint_id != checkpoint_id:
+                return  # an earlier attempt's, or an aborted checkpoint's
+            self._acks[task] = size_bytes
+            if set(self._acks) != self._tasks:
+                return
+            await asyncio.to_thread(pending.complete, {"attempt": attempt})
+            await asyncio.to_thread(self.checkpoints.output.commit, checkpoint_id, attempt)
+            self._pending = None
+            duration_s = time.monotonic() - self._started
+            size = sum(self._acks.values())
+            self._durations_s.append(duration_s)
+            self._completed.append(checkpoint_id)
+            self._sizes.append(size)
+            await asyncio.to_thread(self.storage.retain, self.config.retain)
+            for actor in self._participants:
+                actor.notify_checkpoint_complete.remote(checkpoint_id)
+            _gauge("checkpoint_duration_ms", "").set(duration_s * 1000, tags=self._tags)
+            _gauge("checkpoint_size_bytes", "").set(float(size), tags=self._tags)
+            _gauge("last_completed_checkpoint", "").set(float(checkpoint_id), tags=self._tags)
+
+    async def decline(self, attempt: int, checkpoint_id: int, task: str, reason: str) -> None:
+        async with self._lock:
+            pending = self._pending
+            if attempt == self.attempt and pending is not None and pending.checkpoint_id == checkpoint_id:
+                await self._abort_pending(f"{task} declined it: {reason}")
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        async with self._lock:
+            await self._abort_pending("the job ended")
+            await asyncio.to_thread(self.storage.discard_incomplete)
+
+    async def figures(self) -> dict[str, Any]:
+        durations = self._durations_s
+        return {
+            "completed": list(self._completed),
+            "aborted": list(self._aborted),
+            "last_completed": self._completed[-1] if self._completed else None,
+            "duration_s_p50": statistics.median(durations) if durations else None,
+            "duration_s_max": max(durations) if durations else None,
+            "size_bytes_last": self._sizes[-1] if self._sizes else None,
+        }
+
+    async def _abort_pending(self, reason: str) -> None:
+        # With the lock held.
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        self._aborted.append((pending.checkpoint_id, reason))
+        await asyncio.to_thread(pending.abort)
+        for actor in self._participants:
+            actor.abort_checkpoint.remote(pending.checkpoint_id)
+
+    async def _expire(self, checkpoint_id: int) -> None:
+        await asyncio.sleep(self.config.timeout_ms / 1000)
+        async with self._lock:
+            if self._pending is not None and self._pending.checkpoint_id == checkpoint_id:
+                await self._abort_pending(f"it ran past its timeout of {self.config.timeout_ms} ms")
+
+    async def _tick(self) -> None:
+        assert self.config.interval_ms is not None
+        while True:
+            await asyncio.sleep(self.config.interval_ms / 1000)
+            await self.trigger()

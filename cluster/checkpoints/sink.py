@@ -1,0 +1,130 @@
+"""The two-phase sink: a job's output becomes final only with the checkpoint that covers it.
+
+The last stage's instances cut their output into *epochs* at each checkpoint barrier: the rows an
+instance emitted between barrier ``k-1`` and barrier ``k`` are epoch ``k``. Before it
+acknowledges checkpoint ``k``, an instance *stages* epoch ``k`` in durable storage (phase one).
+When checkpoint ``k`` completes, the coordinator *commits* the staged files of epoch ``k`` (phase
+two). A restore throws away every staged epoch that was never committed: those rows are produced
+again by the replay. At the end of a bounded input, what follows the last barrier is the epoch
+``FINAL_EPOCH``, committed once every instance has finished.
+
+So committed output survives the death of the actor that produced it, and the job's output never
+holds a row of an aborted epoch.
+
+Layout, next to the checkpoints (``<root>/<job>/``)::
+
+    output/<instance>/<epoch>.a<attempt>.arrow.staged    phase one: written, not yet output
+    output/<instance>/<epoch>.arrow                      committed
+
+A checkpoint that completes commits every epoch its attempt staged up to it: an epoch whose own
+checkpoint was aborted (it timed out) is still output, as nothing was rolled back. A staged file
+names its attempt, so that a file an actor of an attempt that failed writes late (``ray.kill`` is
+asynchronous) is never committed.
+
+Files are Arrow IPC streams, written under a temporary name and moved into place; a commit is a
+move, so it can be repeated after a crash (a restore commits the latest checkpoint again).
+
+Threading model: ``stage`` runs in the writing actor (from a worker thread); ``commit``,
+``discard_staged`` and ``read`` in the coordinator or the driver. Each file has one writer.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+
+from .storage import CheckpointStorage
+
+__all__ = ["FINAL_EPOCH", "TwoPhaseOutput"]
+
+#: The epoch after the last barrier of a bounded input; larger than any checkpoint id.
+FINAL_EPOCH = 2**62
+
+_COMMITTED = ".arrow"
+_FILE = re.compile(r"^(\d+)(?:\.a(\d+)\.arrow\.staged|\.arrow)$")
+
+
+class TwoPhaseOutput:
+    """The output of the job that ``storage`` belongs to, by last-stage instance and epoch."""
+
+    def __init__(self, storage: CheckpointStorage) -> None:
+        self.storage = storage
+        self.filesystem = storage.filesystem
+        self.directory = f"{storage.directory}/output"
+
+    def __repr__(self) -> str:
+        return f"TwoPhaseOutput({self.filesystem.type_name}:{self.directory})"
+
+    def stage(self, instance: int, epoch: int, table: pa.Table | None, attempt: int = 0) -> int:
+        """Phase one: write ``instance``'s rows of ``epoch``; returns the bytes written.
+
+        An epoch without rows is staged too (as no file): nothing to commit.
+        """
+        if table is None or table.num_rows == 0:
+            return 0
+        directory = self._instance_dir(instance)
+        self.filesystem.create_dir(directory, recursive=True)
+        path = f"{directory}/{epoch:020d}.a{attempt}.arrow.staged"
+        temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+        with self.filesystem.open_output_stream(temporary) as stream:
+            with ipc.new_stream(stream, table.schema) as writer:
+                writer.write_table(table)
+            size = stream.tell()
+        self.filesystem.move(temporary, path)
+        return size
+
+    def commit(self, epoch: int, attempt: int) -> int:
+        """Phase two: make the rows ``attempt`` staged in epochs up to ``epoch`` part of the
+        output; returns how many files were committed. Repeating it does nothing more."""
+        committed = 0
+        for info in self._files():
+            match = _FILE.match(info.base_name)
+            if match and match.group(2) is not None and int(match.group(2)) == attempt and int(match.group(1)) <= epoch:
+                self.filesystem.move(info.path, f"{info.path.rsplit('/', 1)[0]}/{int(match.group(1)):020d}{_COMMITTED}")
+                committed += 1
+        return committed
+
+    def discard_staged(self) -> int:
+        """Remove every staged epoch that was not committed (a restore replays their rows)."""
+        removed = 0
+        for info in self._files():
+            if info.base_name.endswith(".staged") or info.base_name.endswith(".tmp"):
+                self.filesystem.delete_file(info.path)
+                removed += 1
+        return removed
+
+    def committed_epochs(self, instance: int) -> list[int]:
+        epochs = []
+        for info in self._files(instance):
+            match = _FILE.match(info.base_name)
+            if match and match.group(2) is None:
+                epochs.append(int(match.group(1)))
+        return sorted(epochs)
+
+    def read(self, instance: int) -> pa.Table | None:
+        """``instance``'s committed output, epoch by epoch; None if it has none."""
+        tables = []
+        for epoch in self.committed_epochs(instance):
+            with self.filesystem.open_input_stream(f"{self._instance_dir(instance)}/{epoch:020d}{_COMMITTED}") as stream:
+                tables.append(ipc.open_stream(stream).read_all())
+        if not tables:
+            return None
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def clear(self) -> None:
+        """Remove all output (a run that starts afresh)."""
+        if self.filesystem.get_file_info(self.directory).type == pafs.FileType.Directory:
+            self.filesystem.delete_dir(self.directory)
+
+    def _instance_dir(self, instance: int) -> str:
+        return f"{self.directory}/{instance:05d}"
+
+    def _files(self, instance: int | None = None) -> list[Any]:
+        directory = self.directory if instance is None else self._instance_dir(instance)
+        selector = pafs.FileSelector(directory, recursive=instance is None, allow_not_found=True)
+        return [i for i in self.filesystem.get_file_info(selector) if i.type == pafs.FileType.File]

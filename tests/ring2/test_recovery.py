@@ -1,0 +1,259 @@
+"""Exactly-once recovery on Ray actors: kill instances of running jobs, at random and at named
+moments, and check that the output is exactly the output of a run without failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+import ray
+
+from cluster import from_arrow
+from cluster.chaos import ChaosMonkey, compare_outputs, kill_actor
+from operators import FixedDelay, JobFailedError
+from operators.windows import TumblingEventTimeWindows
+from tests.ring2.waiting import find_actor, poll
+
+pytestmark = pytest.mark.ray
+
+KEYS = 13
+
+
+def _clicks(n: int, parts: int = 4) -> list[pa.Table]:
+    """Clicks of KEYS users; ``seq`` numbers each user's clicks 0, 1, 2, ... in input order."""
+    users = [i % KEYS for i in range(n)]
+    seq = [i // KEYS for i in range(n)]
+    table = pa.table({"click": list(range(n)), "user": users, "seq": seq, "ts": [i * 10 for i in range(n)]})
+    size = -(-n // parts)
+    return [table.slice(i, size) for i in range(0, n, size)]
+
+
+async def _enrich(row: dict[str, Any]) -> list[dict[str, Any]]:
+    await asyncio.sleep(0.001)
+    return [{**row, "score": row["click"] * 3 + 1}]
+
+
+def _expected_enriched(n: int) -> pa.Table:
+    table = pa.concat_tables(_clicks(n))
+    return table.append_column("score", pa.array([c * 3 + 1 for c in table.column("click").to_pylist()]))
+
+
+def _run(stream: Any, **settings: Any) -> tuple[Any, BaseException | None]:
+    outcome: list[Any] = [None, None]
+
+    def run() -> None:
+        try:
+            outcome[0] = stream.execute(progress=False, **settings)
+        except BaseException as error:  # noqa: BLE001 - the test inspects it
+            outcome[1] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def _check_sequences(table: pa.Table) -> None:
+    # Per user, in output order, each seq is the previous one + 1: nothing lost, nothing twice,
+    # nothing out of order.
+    seen: dict[int, int] = {}
+    for user, seq in zip(table.column("user").to_pylist(), table.column("seq").to_pylist()):
+        assert seq == seen.get(user, -1) + 1, f"user {user}: seq {seq} after {seen.get(user)}"
+        seen[user] = seq
+
+
+def test_random_kills_of_an_ordered_enrichment_lose_and_duplicate_nothing(ray_session, tmp_path):
+    n = 30_000
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=250, job_name="chaos-ordered").async_map(
+        _enrich, capacity=40)
+    with ChaosMonkey("chaos-ordered", every_s=1.5, max_kills=3, first_after_s=1.0, seed=1) as monkey:
+        result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
+    table = result.to_arrow()
+    report = compare_outputs(_expected_enriched(n), table, key="click")
+    assert report.exact, report.lines()
+    assert table.column("click").to_pylist() == list(range(n))  # ordered mode keeps input order
+    _check_sequences(table)
+    assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills), (monkey.kills, result.failures)
+    assert result.checkpoints["completed"], result.checkpoints  # recovery came from checkpoints
+
+
+def test_window_counts_are_exact_per_key_and_window_after_restarts(ray_session, tmp_path):
+    n = 40_000
+    tables = _clicks(n)
+    stream = (
+        from_arrow(tables, parallelism=2, batch_size=250, timestamp_column="ts", job_name="chaos-windows")
+        .async_map(_enrich, capacity=40, ordered=False)
+        .key_by("user", parallelism=2)
+        .window(TumblingEventTimeWindows.of(5_000))
+        .count()
+    )
+    with ChaosMonkey("chaos-windows", every_s=1.5, max_kills=3, first_after_s=1.0, seed=2) as monkey:
+        result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
+    got = Counter()
+    for row in result.to_arrow().to_pylist():
+        got[(row["user"], row["window_start"])] += row["count"]
+        assert row["count"] <= 5_000 // 10  # a count above what the window can hold is a replay counted twice
+    want = Counter((u, (t // 5_000) * 5_000) for u, t in zip(*(pa.concat_tables(tables).column(c).to_pylist()
+                                                              for c in ("user", "ts"))))
+    assert got == want
+    assert result.to_arrow().num_rows == len(want)  # one firing per key and window, not two
+    assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills)
+
+
+def test_a_failure_before_the_first_checkpoint_restarts_from_the_beginning(ray_session, tmp_path):
+    n = 10_000
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=100, job_name="chaos-early").async_map(
+        _enrich, capacity=10)
+    thread, outcome = _run(stream, checkpoint_interval_ms=600_000, checkpoint_dir=str(tmp_path))
+    actor = poll(lambda: find_actor("chaos-early/async_map[1/2]"))
+    poll(lambda: ray.get(actor.stats.remote())["records_in"] > 500)
+    ray.kill(actor, no_restart=True)
+    thread.join(120)
+    result, error = outcome
+    assert error is None, error
+    assert result.restarts == 1 and result.checkpoints["completed"] == []
+    assert compare_outputs(_expected_enriched(n), result.to_arrow(), key="click").exact
+
+
+def test_a_second_failure_right_after_recovery_is_recovered_too(ray_session, tmp_path):
+    n = 20_000
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=200, job_name="chaos-twice").async_map(
+        _enrich, capacity=20)
+    thread, outcome = _run(stream, checkpoint_interval_ms=400, checkpoint_dir=str(tmp_path))
+    first = poll(lambda: find_actor("chaos-twice/async_map[0/2]"))
+    poll(lambda: ray.get(first.stats.remote())["records_in"] > 2_000)
+    ray.kill(first, no_restart=True)
+    # The restarted instance dies as soon as it runs, before the attempt's first checkpoint.
+    second = poll(lambda: find_actor("chaos-twice/async_map[1/2]@1"), timeout_s=60)
+    ray.kill(second, no_restart=True)
+    thread.join(180)
+    result, error = outcome
+    assert error is None, error
+    assert result.restarts == 2, result.failures
+    table = result.to_arrow()
+    assert table.column("click").to_pylist() == list(range(n))
+    assert compare_outputs(_expected_enriched(n), table, key="click").exact
+
+
+def _failing_always(row: dict[str, Any]) -> Any:
+    async def call() -> list[dict[str, Any]]:
+        await asyncio.sleep(0.001)
+        raise ConnectionError(f"service down for click {row['click']}")
+
+    return call()
+
+
+@pytest.mark.parametrize("moment", ["snapshot", "queue_full", "completion", "window_fire"])
+def test_a_kill_at_a_named_moment_loses_and_duplicates_nothing(ray_session, tmp_path, moment):
+    n = 20_000
+    job = f"chaos-{moment.replace('_', '-')}"
+    tables = _clicks(n)
+    stream = from_arrow(tables, parallelism=2, batch_size=200, timestamp_column="ts", job_name=job)
+
+    async def slow_first(row: dict[str, Any]) -> list[dict[str, Any]]:
+        # The first record of each batch is slow: in ordered mode the rest complete and wait.
+        await asyncio.sleep(0.02 if row["click"] % 200 == 0 else 0.0005)
+        return [{**row, "score": row["click"] * 3 + 1}]
+
+    stream = stream.async_map(slow_first, capacity=20)
+    if moment == "window_fire":
+        stream = stream.key_by("user", parallelism=2).window(TumblingEventTimeWindows.of(5_000)).count()
+    with ChaosMonkey(job, every_s=1.0, max_kills=2, first_after_s=1.0, moment=moment, seed=3,
+                     operator="window" if moment == "window_fire" else "async_map") as monkey:
+        result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
+    assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills), (monkey.kills, result.failures)
+    table = result.to_arrow()
+    if moment == "window_fire":
+        want = Counter((u, (t // 5_000) * 5_000) for u, t in zip(*(pa.concat_tables(tables).column(c).to_pylist()
+                                                                  for c in ("user", "ts"))))
+        assert Counter({(r["user"], r["window_start"]): r["count"] for r in table.to_pylist()}) == want
+        assert table.num_rows == len(want)
+    else:
+        assert compare_outputs(_expected_enriched(n), table, key="click").exact
+        assert table.column("click").to_pylist() == list(range(n))
+
+
+def test_a_kill_while_retries_wait_keeps_each_records_attempt_count(ray_session, tmp_path):
+    n = 600
+    stream = from_arrow(_clicks(n), parallelism=1, batch_size=50, job_name="chaos-retry").async_map(
+        _failing_always, capacity=30, retry=FixedDelay(3, 400), on_error="dead_letter")
+    with ChaosMonkey("chaos-retry", every_s=1.0, max_kills=2, first_after_s=0.8, moment="retry_wait",
+                     operator="async_map") as monkey:
+        result = stream.execute(progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path))
+    assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills)
+    letters = result.side_outputs["dead_letter"]
+    assert sorted(letter.value["click"] for letter in letters) == list(range(n))  # each once
+    assert {letter.attempts for letter in letters} == {3}  # a restore neither adds nor resets attempts
+    assert result.output_rows == 0
+
+
+def test_an_aborted_checkpoint_leaves_no_files_and_its_output_is_kept(ray_session, tmp_path):
+    n = 8_000
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=100, job_name="chaos-aborts").async_map(
+        _enrich, capacity=10)
+    result = stream.execute(progress=False, checkpoint_interval_ms=100, checkpoint_timeout_ms=1,
+                            checkpoint_dir=str(tmp_path))
+    assert result.checkpoints["aborted"] and not result.checkpoints["completed"], result.checkpoints
+    assert all("timeout" in reason for _, reason in result.checkpoints["aborted"])
+    assert compare_outputs(_expected_enriched(n), result.to_arrow(), key="click").exact
+    job_dir = tmp_path / "chaos-aborts"
+    assert not list(job_dir.glob("chk-*")), list(job_dir.iterdir())
+    assert not [p for p in job_dir.rglob("*") if p.name.endswith((".staged", ".tmp"))]
+
+
+def test_a_job_resumes_from_a_retained_checkpoint_with_the_same_result(ray_session, tmp_path):
+    n = 20_000
+    broken_from = 15_000
+
+    async def breaks_late(row: dict[str, Any]) -> list[dict[str, Any]]:
+        await asyncio.sleep(0.001)
+        if row["click"] >= broken_from:
+            raise RuntimeError(f"bad deploy at click {row['click']}")
+        return [{**row, "score": row["click"] * 3 + 1}]
+
+    first = from_arrow(_clicks(n), parallelism=2, batch_size=100, job_name="resumable").async_map(
+        breaks_late, capacity=10)
+    with pytest.raises(JobFailedError, match="bad deploy"):
+        first.execute(progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path))
+    job_dir = tmp_path / "resumable"
+    assert list(job_dir.glob("chk-*/_metadata")), "the failed run left no complete checkpoint"
+    fixed = from_arrow(_clicks(n), parallelism=2, batch_size=100).async_map(_enrich, capacity=10)
+    result = fixed.execute(progress=False, resume_from=str(job_dir))
+    assert result.job == "resumable"
+    table = result.to_arrow()
+    assert table.column("click").to_pylist() == list(range(n))
+    assert compare_outputs(_expected_enriched(n), table, key="click").exact
+
+
+def test_checkpoints_go_to_any_pyarrow_filesystem(ray_session, tmp_path):
+    # A SubTreeFileSystem rooted in a directory: every actor writes through the same object.
+    filesystem = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    n = 6_000
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=100, job_name="subtree").async_map(_enrich, capacity=10)
+    thread, outcome = _run(stream, checkpoint_interval_ms=200, checkpoint_dir="chk", checkpoint_filesystem=filesystem)
+    actor = poll(lambda: find_actor("subtree/async_map[0/2]"))
+    poll(lambda: ray.get(actor.checkpoints_done.remote()) >= 2)
+    kill_actor("subtree", "async_map[0/2]")
+    thread.join(120)
+    result, error = outcome
+    assert error is None, error
+    assert result.restarts == 1 and result.checkpoints["completed"]
+    assert compare_outputs(_expected_enriched(n), result.to_arrow(), key="click").exact
+    assert list(Path(tmp_path, "chk", "subtree").glob("chk-*/_metadata"))
+
+
+def test_an_exhausted_restart_budget_names_the_actor_and_its_error(ray_session, tmp_path):
+    n = 50_000
+    stream = from_arrow(_clicks(n), parallelism=1, batch_size=100, job_name="chaos-budget").async_map(
+        _enrich, capacity=5)
+    with ChaosMonkey("chaos-budget", every_s=0.8, max_kills=3, first_after_s=0.8, operator="async_map"):
+        with pytest.raises(JobFailedError) as failure:
+            stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path), max_restarts=1)
+    message = str(failure.value)
+    assert "restart budget (max_restarts=1)" in message and "chaos-budget/async_map[0/1]" in message
+    assert "ActorDiedError" in message
