@@ -123,8 +123,10 @@ class OperatorHarness:
             self.chain.open()
             self._maybe_run()
 
-    def process_element(self, value: Any, timestamp_ms: int | None = None) -> None:
-        self._offer(Record(value, timestamp_ms))
+    def process_element(
+        self, value: Any, timestamp_ms: int | None = None, *, origin: tuple[Any, ...] | None = None
+    ) -> None:
+        self._offer(Record(value, timestamp_ms, origin))
 
     def process_watermark(self, timestamp_ms: int) -> None:
         self._offer(Watermark(timestamp_ms))

@@ -148,16 +148,16 @@ class _FunctionOperator(StreamOperator):
 
 
 class MapOperator(_FunctionOperator):
-    """One output per input: ``fn(value)``, at the input's timestamp."""
+    """One output per input: ``fn(value)``, at the input's timestamp, with the input's origin."""
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
-        self.output.collect(Record(self._call(record), record.timestamp_ms))
+        self.output.collect(record.with_value(self._call(record)))
         self.metrics.records_out += 1
 
 
 class FilterOperator(_FunctionOperator):
-    """Keeps the records for which ``fn(value)`` is true."""
+    """Keeps the records for which ``fn(value)`` is true (as they are, origin included)."""
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
@@ -167,12 +167,17 @@ class FilterOperator(_FunctionOperator):
 
 
 class FlatMapOperator(_FunctionOperator):
-    """Zero or more outputs per input: the items of ``fn(value)``."""
+    """Zero or more outputs per input: the items of ``fn(value)``.
+
+    The ``i``-th output of an input with an origin has the origin ``origin + (i,)``: outputs of
+    one input need origins of their own, and their position is what a replay gives them again.
+    """
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
-        for value in self._call(record):
-            self.output.collect(Record(value, record.timestamp_ms))
+        origin = record.origin
+        for i, value in enumerate(self._call(record)):
+            self.output.collect(Record(value, record.timestamp_ms, None if origin is None else (*origin, i)))
             self.metrics.records_out += 1
 
 
