@@ -12,7 +12,7 @@ Each record still has its own entry in the ordered or unordered queue, so:
   timer fired, or because a watermark or the end of input came;
 * a watermark flushes the partial buffer before it enters the queue, so a batch never spans a
   watermark, and in unordered mode no record crosses one;
-* every output keeps its own record's timestamp;
+* every output keeps its own record's timestamp and origin;
 * every record has exactly one outcome: its result list, a fallback, a dead letter, or the
   failure of the operator.
 
@@ -175,8 +175,10 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
             if item[0] == "watermark":
                 self._restored.append(Pending(Watermark(item[1])))
             else:
-                _, value, timestamp_ms, group = item
-                self._restored.append(Pending(Record(value, timestamp_ms), group=group))
+                # Snapshots taken before records had an origin hold four fields.
+                _, value, timestamp_ms, group = item[:4]
+                origin = item[4] if len(item) > 4 else None
+                self._restored.append(Pending(Record(value, timestamp_ms, origin), group=group))
                 if group is not None:
                     sizes[group] = sizes.get(group, 0) + 1
         # Per restored batch: records still to join it, its attempt, its remaining deadline.
@@ -220,7 +222,7 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
     def snapshot_state(self) -> dict[str, Any]:
         """Every record not yet emitted, in order, with the batch it belongs to (if it left).
 
-        ``items`` are ``("record", value, timestamp_ms, batch)`` and ``("watermark",
+        ``items`` are ``("record", value, timestamp_ms, batch, origin)`` and ``("watermark",
         timestamp_ms)``; ``batches`` are ``(batch, attempt, remaining_ms)``; a restore sends each
         batch again as it was. A batch that completed (its records wait for their turn) starts
         afresh after a restore: its outcome was never seen downstream.
@@ -252,14 +254,14 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
                 batch = restored_group(self._buffer_group)
             else:
                 batch = None  # in the buffer
-            items.append(("record", entry.record.value, entry.record.timestamp_ms, batch))
+            items.append(("record", entry.record.value, entry.record.timestamp_ms, batch, entry.record.origin))
         for pending in self._waiting:
             element = pending.element
             if isinstance(element, Watermark):
                 items.append(("watermark", element.timestamp_ms))
             else:
                 batch = None if pending.group is None else restored_group(pending.group)
-                items.append(("record", element.value, element.timestamp_ms, batch))
+                items.append(("record", element.value, element.timestamp_ms, batch, element.origin))
         flush_remaining = None
         if self._flush_timer is not None:
             flush_remaining = max(0, self._flush_timer.timestamp_ms - now)

@@ -5,6 +5,10 @@ its turn to leave, holds back the elements that find no room (``is_blocked()``),
 record's outcome into output: its results, a dead letter, or a failure of the operator. The
 per-record ``AsyncWaitOperator`` and the ``AsyncBatchWaitOperator`` say how a record is started.
 
+The results of a record keep its origin: the first one has the record's origin, the ``i``-th
+(``i > 0``) has ``origin + (i,)``. The first result's origin does not depend on how many results
+there are, so an enrichment that answers one result per record passes origins on like a map.
+
 Threading model: every method runs on the mailbox thread.
 """
 
@@ -233,8 +237,9 @@ class AsyncQueueOperator(StreamOperator):
                 ),
             )
             return
-        for value in entry.payload:
-            self.output.collect(Record(value, record.timestamp_ms))
+        origin = record.origin
+        for i, value in enumerate(entry.payload):
+            self.output.collect(Record(value, record.timestamp_ms, origin if i == 0 or origin is None else (*origin, i)))
         self.metrics.records_out += len(entry.payload)
 
     def _snapshot_waiting(self) -> list[tuple[Any, ...]]:
@@ -244,9 +249,10 @@ class AsyncQueueOperator(StreamOperator):
             if isinstance(element, Watermark):
                 items.append(("watermark", element.timestamp_ms))
             else:
-                items.append(
-                    ("record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms, pending.retry_in_ms)
-                )
+                items.append((
+                    "record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms,
+                    pending.retry_in_ms, element.origin,
+                ))
         return items
 
     def _restore_items(self, state: Any | None) -> None:
@@ -255,5 +261,9 @@ class AsyncQueueOperator(StreamOperator):
             if item[0] == "watermark":
                 self._restored.append(Pending(Watermark(item[1])))
             else:
-                _, value, timestamp_ms, attempt, remaining_ms, retry_in_ms = item
-                self._restored.append(Pending(Record(value, timestamp_ms), attempt, remaining_ms, retry_in_ms=retry_in_ms))
+                # Snapshots taken before records had an origin hold six fields.
+                _, value, timestamp_ms, attempt, remaining_ms, retry_in_ms = item[:6]
+                origin = item[6] if len(item) > 6 else None
+                self._restored.append(
+                    Pending(Record(value, timestamp_ms, origin), attempt, remaining_ms, retry_in_ms=retry_in_ms)
+                )

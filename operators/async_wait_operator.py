@@ -133,7 +133,11 @@ class AsyncWaitOperator(AsyncQueueOperator):
         return self._requests
 
     def snapshot_state(self) -> list[tuple[Any, ...]]:
-        """Every element not yet emitted, in order: queued ones, then those waiting for room."""
+        """Every element not yet emitted, in order: queued ones, then those waiting for room.
+
+        Items are ``("record", value, timestamp_ms, attempt, remaining_ms, retry_in_ms, origin)``
+        and ``("watermark", timestamp_ms)``; a restore also reads items without the origin.
+        """
         now = self.context.processing_time.now_ms()
         items: list[tuple[Any, ...]] = []
         for entry in self.queue:
@@ -144,7 +148,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
                 handler: _ElementHandler = entry.handler
                 items.append((
                     "record", entry.record.value, entry.record.timestamp_ms, handler.snapshot_attempt(),
-                    handler.remaining_ms(now), handler.retry_in_ms(now),
+                    handler.remaining_ms(now), handler.retry_in_ms(now), entry.record.origin,
                 ))
         items.extend(self._snapshot_waiting())
         return items

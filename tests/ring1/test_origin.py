@@ -1,8 +1,9 @@
-"""A record's origin travels with it: through map, filter, flat map and timestamp assignment."""
+"""A record's origin travels with it: through map, filter, flat map, timestamp assignment and async calls."""
 
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +17,11 @@ from operators import (
     OperatorHarness,
     Record,
     TimestampsAndWatermarksOperator,
+    async_wait,
+    async_wait_batch,
 )
+
+from .scripted import Scripted, ScriptedBatch
 
 
 def test_record_keeps_its_origin_through_with_value_and_pickling():
@@ -68,3 +73,66 @@ def test_chained_flat_maps_extend_the_origin_by_each_output_position(fan_outs):
     ]
     assert h.output_records() == expected
     assert len({r.origin for r in expected}) == len(expected)
+
+
+# ----------------------------------------------------------------------------- async operators
+
+
+@pytest.mark.parametrize(
+    "results, origins",
+    [
+        ([["x"]], [(5, 1)]),  # one result: the record's origin, as a map gives
+        ([["x", "y", "z"]], [(5, 1), (5, 1, 1), (5, 1, 2)]),  # the first keeps it; the others get their position
+        ([[]], []),  # no result, no output
+    ],
+    ids=["one", "several", "none"],
+)
+def test_async_results_keep_the_record_origin(results, origins):
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, capacity=2))
+    h.process_element("a", timestamp_ms=1, origin=(5, 1))
+    fn.complete("a", results[0])
+    h.run_until_idle()
+    assert [r.origin for r in h.output_records()] == origins
+    assert {r.timestamp_ms for r in h.output_records()} <= {1}
+
+
+def test_async_fallback_keeps_the_origin_and_a_record_without_one_gets_none():
+    fn = Scripted(fallback=lambda v: f"{v}-fallback")
+    h = OperatorHarness(async_wait(fn, capacity=2, timeout_ms=100))
+    h.process_element("a", timestamp_ms=1, origin=("s", 0))
+    h.process_element("b", timestamp_ms=2)
+    h.set_processing_time(100)
+    assert h.output_records() == [Record("a-fallback", 1, ("s", 0)), Record("b-fallback", 2, None)]
+
+
+def test_batched_results_keep_each_record_origin():
+    fn = ScriptedBatch()
+    h = OperatorHarness(async_wait_batch(fn, batch_size=2))
+    h.process_element("a", timestamp_ms=1, origin=(0, 0))
+    h.process_element("b", timestamp_ms=2, origin=(0, 1))
+    fn.complete(0, [["A"], ["B1", "B2"]])
+    h.run_until_idle()
+    assert h.output_records() == [Record("A", 1, (0, 0)), Record("B1", 2, (0, 1)), Record("B2", 2, (0, 1, 1))]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["async_wait", "async_wait_batch"])
+def test_a_restored_record_keeps_its_origin(batched):
+    fn: Any = ScriptedBatch() if batched else Scripted()
+
+    def make():
+        return async_wait_batch(fn, batch_size=1, capacity=1) if batched else async_wait(fn, capacity=1)
+
+    h1 = OperatorHarness(make())
+    h1.process_element("a", timestamp_ms=1, origin=(3, 9))
+    h1.process_element("b", timestamp_ms=2, origin=(3, 10))  # waits for room
+    snap = h1.snapshot()
+
+    fn = ScriptedBatch() if batched else Scripted()
+    h2 = OperatorHarness(make())
+    h2.restore(snap)
+    for _ in "ab":
+        h2.run_until_idle()
+        fn.complete(fn.in_flight()[0])  # a value, or a batch's position
+    h2.run_until_idle()
+    assert h2.output_records() == [Record("a", 1, (3, 9)), Record("b", 2, (3, 10))]
