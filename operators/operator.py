@@ -80,6 +80,9 @@ class OperatorContext:
     coroutine_runner: CoroutineRunner | None = None
     subtask_index: int = 0
     parallelism: int = 1
+    #: What the idempotency keys of async requests start with, such as ``<job>/<operator>``; None:
+    #: ``name``. No subtask index: after a restore, a record may reach another subtask.
+    request_key_prefix: str | None = None
     #: Called by an operator when it can take input again, or has drained after end_input.
     signal_progress: Callable[[], None] = lambda: None
 
