@@ -90,11 +90,17 @@ class _BatchHandler(AttemptHandler):
             raise RecordError("no record of the batch could be copied for an attempt")
         return values
 
+    def prepare_timeout_inputs(self) -> Any:
+        return self._values()
+
+    def new_future(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> ResultFuture:
+        return ResultFuture(deliver, idempotency_keys=[e.key for e in self.entries])
+
     def call_function(self, inputs: Any, future: ResultFuture) -> None:
         self.op.function.async_invoke_batch(inputs, future)
 
-    def call_timeout(self, future: ResultFuture) -> None:
-        self.op.function.timeout_batch(self._values(), future)
+    def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
+        self.op.function.timeout_batch(inputs, future)
 
     def check_results(self, results: Sequence[Any]) -> BaseException | None:
         n = len(self.entries)
@@ -288,7 +294,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
                 return False
         if len(self._buffer) >= self.batch_size and group is None:
             return False  # a full buffer waits for a batch slot
-        entry = RecordEntry(element, key=pending.key)
+        assert pending.key is not None  # a record always has its key
+        entry = RecordEntry(element, pending.key)
         if not self.queue.try_put(entry):
             return False
         if not self._buffer:

@@ -47,7 +47,7 @@ class Pending:
         self.remaining_ms = remaining_ms
         self.group = group  # a restored batch that this record joins again
         self.retry_in_ms = retry_in_ms  # restored while waiting for a retry: the rest of the backoff
-        self.key = key  # the record's idempotency key
+        self.key = key  # a record's idempotency key; None for a watermark
 
 
 class AsyncQueueOperator(StreamOperator):

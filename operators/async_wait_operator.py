@@ -36,7 +36,7 @@ futures from any thread.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, Literal, Sequence
 
 from .async_attempt import DEAD_LETTER, AttemptHandler, DeadLetter, copy_input
 from .async_function import AsyncFunction, ResultFuture, as_async_function
@@ -64,13 +64,14 @@ class _ElementHandler(AttemptHandler):
         record = self.entry.record
         return copy_input(record.value, record.timestamp_ms) if self.op.copy_inputs else record.value
 
+    def new_future(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> ResultFuture:
+        return ResultFuture(deliver, self.entry.key)
+
     def call_function(self, inputs: Any, future: ResultFuture) -> None:
         self.op.function.async_invoke(inputs, future)
 
-    def call_timeout(self, future: ResultFuture) -> None:
-        record = self.entry.record
-        value = copy_input(record.value, record.timestamp_ms) if self.op.copy_inputs else record.value
-        self.op.function.timeout(value, future)
+    def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
+        self.op.function.timeout(inputs, future)
 
     def on_outcome(self, kind: str, payload: Any) -> None:
         self.op._on_outcome(self.entry, kind, payload, self.attempt)
@@ -160,10 +161,9 @@ class AsyncWaitOperator(AsyncQueueOperator):
     def _try_start_record(self, pending: Pending) -> bool:
         if self._requests >= self.capacity:
             return False
-        record = pending.element
-        assert isinstance(record, Record)
-        now = self.context.processing_time.now_ms()
-        entry = RecordEntry(record, now, pending.key)
+        record, key = pending.element, pending.key
+        assert isinstance(record, Record) and key is not None  # a record always has its key
+        entry = RecordEntry(record, key, self.context.processing_time.now_ms())
         if not self.queue.try_put(entry):
             return False
         self._requests += 1

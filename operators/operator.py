@@ -51,7 +51,9 @@ class CoroutineRunner(Protocol):
     """Runs coroutines for ``async def`` user functions.
 
     ``submit`` starts ``coro`` and calls ``on_done(result, error)`` on the mailbox thread's event
-    loop when it ends; it returns a callable that cancels it.
+    loop when it ends; it returns a callable that cancels it. The coroutine runs in a copy of the
+    context ``submit`` was called in, as an asyncio task does: that is how it sees the idempotency
+    key of its request (``current_request_key()``).
     """
 
     def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]: ...

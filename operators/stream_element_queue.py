@@ -28,7 +28,7 @@ class RecordEntry(QueueEntry):
 
     __slots__ = ("record", "key", "handler", "kind", "payload", "started_ms")
 
-    def __init__(self, record: Record, started_ms: int | None = None, key: str | None = None) -> None:
+    def __init__(self, record: Record, key: str, started_ms: int | None = None) -> None:
         super().__init__()
         self.record = record
         self.key = key

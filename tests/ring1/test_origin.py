@@ -136,3 +136,18 @@ def test_a_restored_record_keeps_its_origin(batched):
         fn.complete(fn.in_flight()[0])  # a value, or a batch's position
     h2.run_until_idle()
     assert h2.output_records() == [Record("a", 1, (3, 9)), Record("b", 2, (3, 10))]
+
+
+def test_origins_through_a_chain_of_map_async_and_flat_map():
+    async def lookup(value):
+        return [value, value.upper()] if value == "bb" else [value]
+
+    h = OperatorHarness([MapOperator(lambda v: v * 2), async_wait(lookup), FlatMapOperator(lambda v: [v, len(v)])])
+    h.process_element("a", timestamp_ms=1, origin=(0,))
+    h.process_element("b", timestamp_ms=2, origin=(1,))
+    h.run_until_idle()
+    assert h.output_records() == [
+        Record("aa", 1, (0, 0)), Record(2, 1, (0, 1)),
+        Record("bb", 2, (1, 0)), Record(2, 2, (1, 1)),
+        Record("BB", 2, (1, 1, 0)), Record(2, 2, (1, 1, 1)),
+    ]
