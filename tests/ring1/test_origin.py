@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import pickle
 from typing import Any
 
@@ -19,9 +20,15 @@ from operators import (
     TimestampsAndWatermarksOperator,
     async_wait,
     async_wait_batch,
+    elements,
 )
 
 from .scripted import Scripted, ScriptedBatch
+
+
+def test_docstring_examples():
+    result = doctest.testmod(elements)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_record_keeps_its_origin_through_with_value_and_pickling():
