@@ -6,7 +6,8 @@ they take it in, and keep it (in their snapshots too) until its outcome is emitt
 
 * ``<prefix>/<origin joined by ".">`` for a record with an origin, say ``clicks/enrich/0.3.17``
   for ``origin=(0, 3, 17)``. The origin depends on the input alone, so the key does too, whichever
-  subtask the record reaches and whatever the order in which requests complete.
+  subtask the record reaches and whatever the order in which requests complete. Its parts should
+  hold no ``.`` of their own: ``("a.b",)`` and ``("a", "b")`` would share a key.
 * ``<prefix>/#<n>`` for a record without one, ``n`` being its position among the records the
   operator took in (the count is in the operator's snapshot). It is stable only as long as the
   records reach the operator in the same order, and unique only within one operator instance:
