@@ -17,7 +17,8 @@ every mail (timers, results, input) for as long as it runs. Its task streams its
 (``RayTaskFunction`` with one batch per task), and the actor awaits it; no ``ray.get``. The
 operator bounds the batches in flight to ``capacity``; a batch whose deadline passes is
 abandoned (its task is cancelled if it still runs, and a late result is ignored) and its
-records get the fallback or fail, each on its own.
+records get the fallback or fail, each on its own. The batch's idempotency keys travel with it:
+in the task, ``current_request_keys()`` gives them, one per value.
 """
 
 from __future__ import annotations

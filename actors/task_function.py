@@ -23,6 +23,10 @@ of the first round, and the tasks would shrink until a handful of records shared
 
 Start-up: ``open()`` sends ``max_tasks`` empty tasks, so that the worker processes start while
 the pipeline does, instead of under the first requests.
+
+Idempotency keys: each call travels with the keys of its future (a record's, or a batch's), and
+runs in the worker with them as the current request's, so ``current_request_key()`` (or
+``current_request_keys()``) answers inside a blocking function as it does in a coroutine.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import ray
 
 from operators.async_function import AsyncFunction, ResultFuture
 from operators.errors import ConfigurationError
+from operators.request_keys import call_in_request
 
 __all__ = ["RayTaskFunction", "run_calls"]
 
@@ -48,6 +53,7 @@ _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
 Outcome = tuple[int, bool, Any]  # (index in the task, succeeded, result or exception)
+RequestKeys = tuple[str | None, list[str] | None]  # (a record's key, a batch's keys) of one call
 
 
 def _worker_pool() -> ThreadPoolExecutor:
@@ -59,14 +65,20 @@ def _worker_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def run_calls(fn: Callable[[Any], Any], values: list[Any]) -> Iterator[list[Outcome]]:
+def run_calls(
+    fn: Callable[[Any], Any], values: list[Any], keys: list[RequestKeys] | None = None
+) -> Iterator[list[Outcome]]:
     """Run ``fn`` on every value concurrently; yield the outcomes as they complete.
 
     Each yield is a list of ``(index, True, result)`` or ``(index, False, exception)``; every
     index appears exactly once over all yields. An exception is reported for its record, never
-    as a failed task.
+    as a failed task. ``keys[i]`` are the idempotency keys of call ``i``: its thread serves it
+    with them as the current request's.
     """
-    futures: dict[Future[Any], int] = {_worker_pool().submit(fn, v): i for i, v in enumerate(values)}
+    pool = _worker_pool()
+    futures: dict[Future[Any], int] = {}
+    for i, (value, (key, batch_keys)) in enumerate(zip(values, keys or [(None, None)] * len(values), strict=True)):
+        futures[pool.submit(call_in_request, key, batch_keys, fn, value)] = i
     pending = set(futures)
     while pending:
         done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -149,7 +161,8 @@ class RayTaskFunction(AsyncFunction):
             if not batch:
                 continue
             self._running += 1
-            generator = self._remote.remote(self._fn_ref, [v for v, _ in batch])
+            keys = [(f.idempotency_key, f.idempotency_keys) for _, f in batch]
+            generator = self._remote.remote(self._fn_ref, [v for v, _ in batch], keys)
             task = self._loop.create_task(self._consume(generator, [f for _, f in batch]))
             self._tasks.add(task)
             task.add_done_callback(self._task_done)

@@ -36,6 +36,7 @@ from .coroutine_runner import AsyncioCoroutineRunner
 from .harness import OperatorHarness
 from .mailbox import MAX_PRIORITY, MIN_PRIORITY, Mail, MailboxState, TaskMailbox
 from .mailbox_processor import DefaultActionController, MailboxExecutor, MailboxProcessor, Suspension
+from .request_keys import current_request_key, current_request_keys
 from .operator import (
     FilterOperator,
     FlatMapOperator,
@@ -107,8 +108,8 @@ __all__ = [
     "OperatorHarness", "OperatorMetrics", "Output", "ProcessingTimeService", "Record", "RecordError",
     "ResultFuture", "ResultTypeError", "RetryStrategy", "SchemaError", "StreamElement", "StreamOperator",
     "Suspension", "SystemClock", "TaskMailbox", "Timer", "TimerHandle", "TimerService", "UserFunctionError",
-    "Watermark", "WatermarkStatus", "any_exception", "as_async_function", "async_wait", "empty_result",
-    "exception_of_type",
+    "Watermark", "WatermarkStatus", "any_exception", "as_async_function", "async_wait", "current_request_key",
+    "current_request_keys", "empty_result", "exception_of_type",
     # windows
     "AggregateFunction", "Aggregations", "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Count",
     "CountEvictor", "CountTrigger", "DeltaEvictor", "DynamicEventTimeSessionWindows",

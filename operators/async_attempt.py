@@ -6,6 +6,10 @@ unwanted attempt is retried after the strategy's delay; one deadline spans every
 when it passes the user's ``timeout`` decides. Whatever the interleaving of a completion, a retry
 timer and the deadline, the unit ends exactly once, in ``on_outcome``.
 
+Every future of a unit carries the idempotency keys of its records, and every call of the user's
+function for the unit (each attempt, and the timeout) runs with them as the current request's
+(``request_keys``), so a retry and a replay after a restore present the same keys.
+
 The rule at the deadline is Flink's ``timerTriggered``: an attempt whose future the user already
 completed is not timed out, even though its result (which re-enters as a mail) has not been seen
 yet. The result decides then, unless it asks for a retry: the deadline has passed, so the unit
@@ -22,11 +26,12 @@ import datetime
 import decimal
 import enum
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from .async_function import ResultFuture
 from .errors import RecordError, describe_value
 from .operator import OperatorContext, OperatorMetrics
+from .request_keys import call_in_request
 from .retry import RetryStrategy
 from .timers import TimerHandle
 
@@ -98,8 +103,9 @@ class _State(enum.Enum):
 class AttemptHandler:
     """Drives one unit through attempts, retries and its deadline, to exactly one outcome.
 
-    Subclasses say how to prepare the inputs of an attempt, start it, check its results, call
-    the user's timeout, and what to do with the outcome (``kind`` is ``result``, ``fallback`` or
+    Subclasses say how to prepare the inputs of an attempt (and of the timeout), make its
+    future (with the unit's idempotency keys), start it, check its results, call the user's
+    timeout, and what to do with the outcome (``kind`` is ``result``, ``fallback`` or
     ``failure``).
     """
 
@@ -125,10 +131,18 @@ class AttemptHandler:
         """The inputs of the next attempt (private copies); may raise ``RecordError``."""
         raise NotImplementedError
 
+    def prepare_timeout_inputs(self) -> Any:
+        """The inputs of the user's timeout (private copies); may raise ``RecordError``."""
+        return self.prepare_inputs()
+
+    def new_future(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> ResultFuture:
+        """The future of an attempt or of the timeout, with the unit's idempotency keys."""
+        return ResultFuture(deliver)
+
     def call_function(self, inputs: Any, future: ResultFuture) -> None:
         raise NotImplementedError
 
-    def call_timeout(self, future: ResultFuture) -> None:
+    def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
         raise NotImplementedError
 
     def check_results(self, results: Sequence[Any]) -> BaseException | None:
@@ -177,9 +191,9 @@ class AttemptHandler:
         def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
             executor.execute_if_open(self.on_attempt_complete, "async result", attempt, results, error)
 
-        self.future = future = ResultFuture(deliver)
+        self.future = future = self.new_future(deliver)
         try:
-            self.call_function(inputs, future)
+            call_in_request(future.idempotency_key, future.idempotency_keys, self.call_function, inputs, future)
         except Exception as error:  # the user's invoke raised before starting a request
             future.complete_exceptionally(error)
 
@@ -249,9 +263,16 @@ class AttemptHandler:
         def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
             executor.execute_if_open(self.on_timeout_complete, "async timeout outcome", results, error)
 
-        future = ResultFuture(deliver)
         try:
-            self.call_timeout(future)
+            # Before the future: a batch leaves out the records that cannot be copied, and its
+            # future's keys must be those of the values its timeout gets.
+            inputs = self.prepare_timeout_inputs()
+        except RecordError as error:
+            ResultFuture(deliver).complete_exceptionally(error)
+            return
+        future = self.new_future(deliver)
+        try:
+            call_in_request(future.idempotency_key, future.idempotency_keys, self.call_timeout, inputs, future)
         except Exception as error:
             future.complete_exceptionally(error)
 

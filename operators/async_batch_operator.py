@@ -12,7 +12,7 @@ Each record still has its own entry in the ordered or unordered queue, so:
   timer fired, or because a watermark or the end of input came;
 * a watermark flushes the partial buffer before it enters the queue, so a batch never spans a
   watermark, and in unordered mode no record crosses one;
-* every output keeps its own record's timestamp;
+* every output keeps its own record's timestamp and origin;
 * every record has exactly one outcome: its result list, a fallback, a dead letter, or the
   failure of the operator.
 
@@ -90,11 +90,17 @@ class _BatchHandler(AttemptHandler):
             raise RecordError("no record of the batch could be copied for an attempt")
         return values
 
+    def prepare_timeout_inputs(self) -> Any:
+        return self._values()
+
+    def new_future(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> ResultFuture:
+        return ResultFuture(deliver, idempotency_keys=[e.key for e in self.entries])
+
     def call_function(self, inputs: Any, future: ResultFuture) -> None:
         self.op.function.async_invoke_batch(inputs, future)
 
-    def call_timeout(self, future: ResultFuture) -> None:
-        self.op.function.timeout_batch(self._values(), future)
+    def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
+        self.op.function.timeout_batch(inputs, future)
 
     def check_results(self, results: Sequence[Any]) -> BaseException | None:
         n = len(self.entries)
@@ -167,16 +173,21 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         self._restored = []
         self._restored_flush_ms = None
         self._groups = {}
+        self._sequence = 0
         if state is None:
             return
         self._restored_flush_ms = state["flush_remaining_ms"]
+        self._sequence = state.get("sequence", 0)
         sizes: dict[int, int] = {}
         for item in state["items"]:
             if item[0] == "watermark":
                 self._restored.append(Pending(Watermark(item[1])))
             else:
-                _, value, timestamp_ms, group = item
-                self._restored.append(Pending(Record(value, timestamp_ms), group=group))
+                # Items of older snapshots end before the origin (four fields) or the key (five).
+                _, value, timestamp_ms, group = item[:4]
+                record = Record(value, timestamp_ms, item[4] if len(item) > 4 else None)
+                key = item[5] if len(item) > 5 else self._request_key(record)
+                self._restored.append(Pending(record, group=group, key=key))
                 if group is not None:
                     sizes[group] = sizes.get(group, 0) + 1
         # Per restored batch: records still to join it, its attempt, its remaining deadline.
@@ -220,10 +231,11 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
     def snapshot_state(self) -> dict[str, Any]:
         """Every record not yet emitted, in order, with the batch it belongs to (if it left).
 
-        ``items`` are ``("record", value, timestamp_ms, batch)`` and ``("watermark",
+        ``items`` are ``("record", value, timestamp_ms, batch, origin, key)`` and ``("watermark",
         timestamp_ms)``; ``batches`` are ``(batch, attempt, remaining_ms)``; a restore sends each
-        batch again as it was. A batch that completed (its records wait for their turn) starts
-        afresh after a restore: its outcome was never seen downstream.
+        batch again as it was, each record with its idempotency key. ``sequence`` counts the
+        records taken in (the fallback keys). A batch that completed (its records wait for their
+        turn) starts afresh after a restore: its outcome was never seen downstream.
         """
         now = self.context.processing_time.now_ms()
         items: list[tuple[Any, ...]] = []
@@ -252,18 +264,21 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
                 batch = restored_group(self._buffer_group)
             else:
                 batch = None  # in the buffer
-            items.append(("record", entry.record.value, entry.record.timestamp_ms, batch))
+            items.append(("record", entry.record.value, entry.record.timestamp_ms, batch, entry.record.origin, entry.key))
         for pending in self._waiting:
             element = pending.element
             if isinstance(element, Watermark):
                 items.append(("watermark", element.timestamp_ms))
             else:
                 batch = None if pending.group is None else restored_group(pending.group)
-                items.append(("record", element.value, element.timestamp_ms, batch))
+                items.append(("record", element.value, element.timestamp_ms, batch, element.origin, pending.key))
         flush_remaining = None
         if self._flush_timer is not None:
             flush_remaining = max(0, self._flush_timer.timestamp_ms - now)
-        return {"items": items, "batches": list(batches.values()), "flush_remaining_ms": flush_remaining}
+        return {
+            "items": items, "batches": list(batches.values()), "flush_remaining_ms": flush_remaining,
+            "sequence": self._sequence,
+        }
 
     # ------------------------------------------------------------------ internals
 
@@ -279,7 +294,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
                 return False
         if len(self._buffer) >= self.batch_size and group is None:
             return False  # a full buffer waits for a batch slot
-        entry = RecordEntry(element)
+        assert pending.key is not None  # a record always has its key
+        entry = RecordEntry(element, pending.key)
         if not self.queue.try_put(entry):
             return False
         if not self._buffer:
@@ -295,11 +311,9 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
             self._try_flush()
         return True
 
-    def _try_start_record(
-        self, record: Record, attempt: int, remaining_ms: int | None, retry_in_ms: int | None = None
-    ) -> bool:
+    def _try_start_record(self, pending: Pending) -> bool:
         # A batch's retries are the batch's: a restored group resumes through _groups.
-        return self._try_start(Pending(record, attempt, remaining_ms))
+        return self._try_start(pending)
 
     def _try_start_watermark(self, watermark: Watermark) -> bool:
         if self._buffer:

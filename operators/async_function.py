@@ -30,22 +30,43 @@ __all__ = [
 class ResultFuture:
     """The completion handle of one request. The first completion wins; later ones are ignored.
 
+    ``idempotency_key`` is the key of the request's record (the same on every attempt and after a
+    restore; see ``request_keys``); a batch's future has ``idempotency_keys``, one per record.
+
     Threading model: ``complete`` and ``complete_exceptionally`` may be called from any thread;
     the outcome is delivered to the operator as a mail.
     """
 
-    __slots__ = ("_token", "_deliver", "_cancel_hooks")
+    __slots__ = ("_token", "_deliver", "_cancel_hooks", "_idempotency_key", "_idempotency_keys")
 
-    def __init__(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> None:
+    def __init__(
+        self,
+        deliver: Callable[[Sequence[Any] | None, BaseException | None], None],
+        idempotency_key: str | None = None,
+        idempotency_keys: Sequence[str] | None = None,
+    ) -> None:
         # Completing takes the single token; list.pop() is atomic, so of two racing threads
         # exactly one wins, without the cost of a lock per request.
         self._token = [True]
         self._deliver = deliver
         self._cancel_hooks: list[Callable[[], None]] | None = None
+        self._idempotency_key = idempotency_key
+        self._idempotency_keys = None if idempotency_keys is None else tuple(idempotency_keys)
 
     @property
     def done(self) -> bool:
         return not self._token
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The idempotency key of the record this request serves; None for a batch."""
+        return self._idempotency_key
+
+    @property
+    def idempotency_keys(self) -> list[str] | None:
+        """The idempotency keys of the records of the batch this request serves, in order; None
+        for a single record."""
+        return None if self._idempotency_keys is None else list(self._idempotency_keys)
 
     def complete(self, results: Sequence[Any]) -> None:
         """Complete with a list (or tuple) of results; an empty list means "no output"."""

@@ -5,6 +5,13 @@ its turn to leave, holds back the elements that find no room (``is_blocked()``),
 record's outcome into output: its results, a dead letter, or a failure of the operator. The
 per-record ``AsyncWaitOperator`` and the ``AsyncBatchWaitOperator`` say how a record is started.
 
+Every record gets its idempotency key when it is taken in (see ``request_keys``); it keeps it on
+every attempt and through snapshots, which hold the key and the count of records taken in.
+
+The results of a record keep its origin: the first one has the record's origin, the ``i``-th
+(``i > 0``) has ``origin + (i,)``. The first result's origin does not depend on how many results
+there are, so an enrichment that answers one result per record passes origins on like a map.
+
 Threading model: every method runs on the mailbox thread.
 """
 
@@ -18,6 +25,7 @@ from .elements import Record, Watermark
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
 from .operator import StreamOperator
 from .ordered_queue import OrderedQueue
+from .request_keys import request_key
 from .retry import NoRetry, RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 from .unordered_queue import UnorderedQueue
@@ -28,17 +36,18 @@ __all__ = ["AsyncQueueOperator", "Pending"]
 class Pending:
     """An element not yet in the queue: it waits for room, or comes from a snapshot."""
 
-    __slots__ = ("element", "attempt", "remaining_ms", "group", "retry_in_ms")
+    __slots__ = ("element", "attempt", "remaining_ms", "group", "retry_in_ms", "key")
 
     def __init__(
         self, element: Record | Watermark, attempt: int = 1, remaining_ms: int | None = None, group: int | None = None,
-        retry_in_ms: int | None = None,
+        retry_in_ms: int | None = None, key: str | None = None,
     ) -> None:
         self.element = element
         self.attempt = attempt
         self.remaining_ms = remaining_ms
         self.group = group  # a restored batch that this record joins again
         self.retry_in_ms = retry_in_ms  # restored while waiting for a retry: the rest of the backoff
+        self.key = key  # a record's idempotency key; None for a watermark
 
 
 class AsyncQueueOperator(StreamOperator):
@@ -75,6 +84,7 @@ class AsyncQueueOperator(StreamOperator):
         self.queue_capacity = 1
         self._failed: RecordError | None = None
         self._restored: list[Pending] = []
+        self._sequence = 0  # records taken in: the fallback idempotency key of a record without origin
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -98,7 +108,7 @@ class AsyncQueueOperator(StreamOperator):
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
-        self._add(Pending(record))
+        self._add(Pending(record, key=self._request_key(record)))
 
     def process_watermark(self, watermark: Watermark) -> None:
         self._add(Pending(watermark))
@@ -128,6 +138,13 @@ class AsyncQueueOperator(StreamOperator):
 
     # ------------------------------------------------------------------ internals
 
+    def _request_key(self, record: Record) -> str:
+        """The idempotency key of a record taken in now; it counts as taken in."""
+        sequence = self._sequence
+        self._sequence += 1
+        prefix = self.context.request_key_prefix
+        return request_key(self.context.name if prefix is None else prefix, record.origin, sequence)
+
     def _add(self, pending: Pending) -> None:
         # Behind an element that waits for room, everything waits: order is kept.
         if self._waiting or not self._try_start(pending):
@@ -137,7 +154,7 @@ class AsyncQueueOperator(StreamOperator):
         element = pending.element
         if isinstance(element, Watermark):
             return self._try_start_watermark(element)
-        return self._try_start_record(element, pending.attempt, pending.remaining_ms, pending.retry_in_ms)
+        return self._try_start_record(pending)
 
     def _try_start_watermark(self, watermark: Watermark) -> bool:
         if not self.queue.try_put(WatermarkEntry(watermark)):
@@ -145,9 +162,8 @@ class AsyncQueueOperator(StreamOperator):
         self._emit_completed()
         return True
 
-    def _try_start_record(
-        self, record: Record, attempt: int, remaining_ms: int | None, retry_in_ms: int | None = None
-    ) -> bool:
+    def _try_start_record(self, pending: Pending) -> bool:
+        """Start the record of ``pending`` (with its attempt, deadline and key); False if no room."""
         raise NotImplementedError
 
     def _deadline(self, remaining_ms: int | None) -> int | None:
@@ -233,8 +249,9 @@ class AsyncQueueOperator(StreamOperator):
                 ),
             )
             return
-        for value in entry.payload:
-            self.output.collect(Record(value, record.timestamp_ms))
+        origin = record.origin
+        for i, value in enumerate(entry.payload):
+            self.output.collect(Record(value, record.timestamp_ms, origin if i == 0 or origin is None else (*origin, i)))
         self.metrics.records_out += len(entry.payload)
 
     def _snapshot_waiting(self) -> list[tuple[Any, ...]]:
@@ -244,16 +261,28 @@ class AsyncQueueOperator(StreamOperator):
             if isinstance(element, Watermark):
                 items.append(("watermark", element.timestamp_ms))
             else:
-                items.append(
-                    ("record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms, pending.retry_in_ms)
-                )
+                items.append((
+                    "record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms,
+                    pending.retry_in_ms, element.origin, pending.key,
+                ))
         return items
 
     def _restore_items(self, state: Any | None) -> None:
+        """Restore ``{"items": [...], "sequence": n}``, or the bare list of items of older snapshots.
+
+        Items of older snapshots lack the origin and the key (six fields) or the key (seven); such
+        a record gets its key now, as if taken in again.
+        """
         self._restored = []
-        for item in state or ():
+        if isinstance(state, dict):
+            items, self._sequence = state["items"], state["sequence"]
+        else:
+            items, self._sequence = state or (), 0
+        for item in items:
             if item[0] == "watermark":
                 self._restored.append(Pending(Watermark(item[1])))
             else:
-                _, value, timestamp_ms, attempt, remaining_ms, retry_in_ms = item
-                self._restored.append(Pending(Record(value, timestamp_ms), attempt, remaining_ms, retry_in_ms=retry_in_ms))
+                _, value, timestamp_ms, attempt, remaining_ms, retry_in_ms = item[:6]
+                record = Record(value, timestamp_ms, item[6] if len(item) > 6 else None)
+                key = item[7] if len(item) > 7 else self._request_key(record)
+                self._restored.append(Pending(record, attempt, remaining_ms, retry_in_ms=retry_in_ms, key=key))

@@ -36,11 +36,11 @@ futures from any thread.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, Literal, Sequence
 
 from .async_attempt import DEAD_LETTER, AttemptHandler, DeadLetter, copy_input
 from .async_function import AsyncFunction, ResultFuture, as_async_function
-from .async_queue_operator import AsyncQueueOperator
+from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
 from .errors import ConfigurationError
 from .retry import RetryStrategy
@@ -64,13 +64,14 @@ class _ElementHandler(AttemptHandler):
         record = self.entry.record
         return copy_input(record.value, record.timestamp_ms) if self.op.copy_inputs else record.value
 
+    def new_future(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> ResultFuture:
+        return ResultFuture(deliver, self.entry.key)
+
     def call_function(self, inputs: Any, future: ResultFuture) -> None:
         self.op.function.async_invoke(inputs, future)
 
-    def call_timeout(self, future: ResultFuture) -> None:
-        record = self.entry.record
-        value = copy_input(record.value, record.timestamp_ms) if self.op.copy_inputs else record.value
-        self.op.function.timeout(value, future)
+    def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
+        self.op.function.timeout(inputs, future)
 
     def on_outcome(self, kind: str, payload: Any) -> None:
         self.op._on_outcome(self.entry, kind, payload, self.attempt)
@@ -132,8 +133,14 @@ class AsyncWaitOperator(AsyncQueueOperator):
         """Records whose outcome is not decided yet (never more than ``capacity``)."""
         return self._requests
 
-    def snapshot_state(self) -> list[tuple[Any, ...]]:
-        """Every element not yet emitted, in order: queued ones, then those waiting for room."""
+    def snapshot_state(self) -> dict[str, Any]:
+        """Every element not yet emitted, in order: queued ones, then those waiting for room.
+
+        ``{"items": [...], "sequence": n}``: items are ``("record", value, timestamp_ms, attempt,
+        remaining_ms, retry_in_ms, origin, key)`` and ``("watermark", timestamp_ms)``; ``n``
+        counts the records taken in (the fallback idempotency keys). A restore also reads the
+        bare list of items of older snapshots, whose items end before the origin or the key.
+        """
         now = self.context.processing_time.now_ms()
         items: list[tuple[Any, ...]] = []
         for entry in self.queue:
@@ -144,25 +151,24 @@ class AsyncWaitOperator(AsyncQueueOperator):
                 handler: _ElementHandler = entry.handler
                 items.append((
                     "record", entry.record.value, entry.record.timestamp_ms, handler.snapshot_attempt(),
-                    handler.remaining_ms(now), handler.retry_in_ms(now),
+                    handler.remaining_ms(now), handler.retry_in_ms(now), entry.record.origin, entry.key,
                 ))
         items.extend(self._snapshot_waiting())
-        return items
+        return {"items": items, "sequence": self._sequence}
 
     # ------------------------------------------------------------------ internals
 
-    def _try_start_record(
-        self, record: Record, attempt: int, remaining_ms: int | None, retry_in_ms: int | None = None
-    ) -> bool:
+    def _try_start_record(self, pending: Pending) -> bool:
         if self._requests >= self.capacity:
             return False
-        now = self.context.processing_time.now_ms()
-        entry = RecordEntry(record, now)
+        record, key = pending.element, pending.key
+        assert isinstance(record, Record) and key is not None  # a record always has its key
+        entry = RecordEntry(record, key, self.context.processing_time.now_ms())
         if not self.queue.try_put(entry):
             return False
         self._requests += 1
-        entry.handler = _ElementHandler(self, entry, attempt, self._deadline(remaining_ms))
-        entry.handler.start(retry_in_ms)
+        entry.handler = _ElementHandler(self, entry, pending.attempt, self._deadline(pending.remaining_ms))
+        entry.handler.start(pending.retry_in_ms)
         return True
 
     def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:

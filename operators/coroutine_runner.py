@@ -22,6 +22,8 @@ class AsyncioCoroutineRunner:
 
     def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]:
         # Reporting from inside the task saves the loop round of a done-callback per request.
+        # The task copies the current context (eagerly started or not), so the coroutine keeps
+        # the idempotency key of the request that submitted it while other requests run.
         task = self._loop.create_task(_report(coro, on_done))
 
         def cancel() -> None:

@@ -2,6 +2,12 @@
 
 Time is an ``int`` of milliseconds. A record's ``timestamp_ms`` is ``None`` when the stream has
 no event time.
+
+A record's ``origin`` says where it came from, as a tuple of ints and strings (a source gives,
+for instance, ``(split, piece, row)``). It depends on the input alone, never on timing, so a
+record replayed after a restore has the origin it had the first time; async operators build
+their idempotency keys from it. Operators pass it on: a map's output keeps it, the ``i``-th
+output of a flat map gets ``origin + (i,)``.
 """
 
 from __future__ import annotations
@@ -26,14 +32,25 @@ MAX_WATERMARK = 2**63 - 1
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One value with an optional event time."""
+    """One value with an optional event time and an optional origin (see the module docstring).
+
+    >>> Record("a", 5, origin=(0, 3, 17)).with_value("A")
+    Record(value='A', timestamp_ms=5, origin=(0, 3, 17))
+    """
 
     value: Any
     timestamp_ms: int | None = None
+    origin: tuple[Any, ...] | None = None
 
     def with_value(self, value: Any) -> "Record":
-        """The same event time with another value (outputs keep the input's timestamp)."""
-        return Record(value, self.timestamp_ms)
+        """The same event time and origin with another value (outputs keep the input's)."""
+        return Record(value, self.timestamp_ms, self.origin)
+
+    def __repr__(self) -> str:
+        # Most records have no origin; leaving it out keeps outputs and test failures readable.
+        if self.origin is None:
+            return f"Record(value={self.value!r}, timestamp_ms={self.timestamp_ms!r})"
+        return f"Record(value={self.value!r}, timestamp_ms={self.timestamp_ms!r}, origin={self.origin!r})"
 
 
 @dataclass(frozen=True, slots=True)

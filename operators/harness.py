@@ -54,6 +54,8 @@ class OperatorHarness:
 
     With ``auto_run=True`` (the default) every call runs mails until the operator is idle; with
     ``auto_run=False`` the test steps with ``step()`` / ``run_until_idle()`` itself.
+    ``request_key_prefix`` (``<job>/<operator>``, say) starts the idempotency keys of async
+    requests; without it they start with the operator's ``name``.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class OperatorHarness:
         start_ms: int = 0,
         name: str = "test/operator[0/1]",
         auto_run: bool = True,
+        request_key_prefix: str | None = None,
     ) -> None:
         operators = [operator] if isinstance(operator, StreamOperator) else list(operator)
         self.chain = OperatorChain(operators)
@@ -89,6 +92,9 @@ class OperatorHarness:
                 clock=self.clock,
                 coroutine_runner=AsyncioCoroutineRunner(self.loop),
                 signal_progress=self._on_progress,
+                request_key_prefix=(
+                    request_key_prefix if request_key_prefix is None or len(operators) == 1 else f"{request_key_prefix}#{i}"
+                ),
             )
 
         self.chain.setup(context_for, self._out)
@@ -123,8 +129,10 @@ class OperatorHarness:
             self.chain.open()
             self._maybe_run()
 
-    def process_element(self, value: Any, timestamp_ms: int | None = None) -> None:
-        self._offer(Record(value, timestamp_ms))
+    def process_element(
+        self, value: Any, timestamp_ms: int | None = None, *, origin: tuple[Any, ...] | None = None
+    ) -> None:
+        self._offer(Record(value, timestamp_ms, origin))
 
     def process_watermark(self, timestamp_ms: int) -> None:
         self._offer(Watermark(timestamp_ms))

@@ -51,7 +51,9 @@ class CoroutineRunner(Protocol):
     """Runs coroutines for ``async def`` user functions.
 
     ``submit`` starts ``coro`` and calls ``on_done(result, error)`` on the mailbox thread's event
-    loop when it ends; it returns a callable that cancels it.
+    loop when it ends; it returns a callable that cancels it. The coroutine runs in a copy of the
+    context ``submit`` was called in, as an asyncio task does: that is how it sees the idempotency
+    key of its request (``current_request_key()``).
     """
 
     def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]: ...
@@ -80,6 +82,9 @@ class OperatorContext:
     coroutine_runner: CoroutineRunner | None = None
     subtask_index: int = 0
     parallelism: int = 1
+    #: What the idempotency keys of async requests start with, such as ``<job>/<operator>``; None:
+    #: ``name``. No subtask index: after a restore, a record may reach another subtask.
+    request_key_prefix: str | None = None
     #: Called by an operator when it can take input again, or has drained after end_input.
     signal_progress: Callable[[], None] = lambda: None
 
@@ -155,16 +160,16 @@ class _FunctionOperator(StreamOperator):
 
 
 class MapOperator(_FunctionOperator):
-    """One output per input: ``fn(value)``, at the input's timestamp."""
+    """One output per input: ``fn(value)``, at the input's timestamp, with the input's origin."""
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
-        self.output.collect(Record(self._call(record), record.timestamp_ms))
+        self.output.collect(record.with_value(self._call(record)))
         self.metrics.records_out += 1
 
 
 class FilterOperator(_FunctionOperator):
-    """Keeps the records for which ``fn(value)`` is true."""
+    """Keeps the records for which ``fn(value)`` is true (as they are, origin included)."""
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
@@ -174,12 +179,17 @@ class FilterOperator(_FunctionOperator):
 
 
 class FlatMapOperator(_FunctionOperator):
-    """Zero or more outputs per input: the items of ``fn(value)``."""
+    """Zero or more outputs per input: the items of ``fn(value)``.
+
+    The ``i``-th output of an input with an origin has the origin ``origin + (i,)``: outputs of
+    one input need origins of their own, and their position is what a replay gives them again.
+    """
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
-        for value in self._call(record):
-            self.output.collect(Record(value, record.timestamp_ms))
+        origin = record.origin
+        for i, value in enumerate(self._call(record)):
+            self.output.collect(Record(value, record.timestamp_ms, None if origin is None else (*origin, i)))
             self.metrics.records_out += 1
 
 

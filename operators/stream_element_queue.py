@@ -23,14 +23,15 @@ class RecordEntry(QueueEntry):
     """A record whose request is in flight (or finished but not yet emitted).
 
     ``kind`` is one of ``result``, ``fallback`` or ``failure``; ``payload`` holds the result list
-    or the exception.
+    or the exception. ``key`` is the record's idempotency key.
     """
 
-    __slots__ = ("record", "handler", "kind", "payload", "started_ms")
+    __slots__ = ("record", "key", "handler", "kind", "payload", "started_ms")
 
-    def __init__(self, record: Record, started_ms: int | None = None) -> None:
+    def __init__(self, record: Record, key: str, started_ms: int | None = None) -> None:
         super().__init__()
         self.record = record
+        self.key = key
         self.started_ms = started_ms  # when its first attempt here started (processing time)
         self.handler: Any = None
         self.kind: str | None = None

@@ -242,7 +242,7 @@ class TimestampsAndWatermarksOperator(StreamOperator):
                 "a watermark generator needs an int timestamp on every record"
             )
         self.generator.on_event(ts)
-        self.output.collect(record if ts == record.timestamp_ms else Record(record.value, ts))
+        self.output.collect(record if ts == record.timestamp_ms else Record(record.value, ts, record.origin))
         self.metrics.records_out += 1
 
     def process_watermark(self, watermark: Watermark) -> None:
