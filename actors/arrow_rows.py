@@ -33,10 +33,16 @@ _BARE = {b"actorflow.bare": b"1"}
 
 
 class RowBatch(NamedTuple):
-    """A batch on a channel: the user's columns, and each row's event time (or None)."""
+    """A batch on a channel: the user's columns, each row's event time (or None), and where each
+    row came from (its *origin*, which makes its idempotency key; or None).
+
+    ``origins`` is either a list, one tuple per row, or a ``(split, piece, row)`` triple for rows
+    read in a row from one piece of the input: row ``i`` then came from ``(split, piece, row + i)``.
+    """
 
     table: pa.Table
     timestamps: pa.Array | None  # int64 milliseconds, one per row; None when no row has one
+    origins: Any = None
 
     @property
     def num_rows(self) -> int:
@@ -44,7 +50,21 @@ class RowBatch(NamedTuple):
 
     def slice(self, offset: int, length: int) -> "RowBatch":
         ts = None if self.timestamps is None else self.timestamps.slice(offset, length)
-        return RowBatch(self.table.slice(offset, length), ts)
+        origins = self.origins
+        if isinstance(origins, tuple):
+            split, piece, row = origins
+            origins = (split, piece, row + offset)
+        elif origins is not None:
+            origins = origins[offset:offset + length]
+        return RowBatch(self.table.slice(offset, length), ts, origins)
+
+    def origin_list(self) -> list[Any] | None:
+        """One origin per row, or None."""
+        origins = self.origins
+        if isinstance(origins, tuple):
+            split, piece, row = origins
+            return [(split, piece, row + i) for i in range(self.num_rows)]
+        return origins
 
 
 def is_bare(table: pa.Table) -> bool:
@@ -67,7 +87,7 @@ def table_to_rows(batch: RowBatch) -> Iterator[tuple[Any, int | None]]:
 
 def rows_to_batch(
     values: list[Any], timestamps: list[int | None], schema: pa.Schema | None = None,
-    tracker: "SchemaTracker | None" = None,
+    tracker: "SchemaTracker | None" = None, origins: list[Any] | None = None,
 ) -> RowBatch:
     """Build a channel batch.
 
@@ -84,7 +104,9 @@ def rows_to_batch(
             raise SchemaError(_which_row(values, schema, error)) from error
     else:
         table = (tracker or SchemaTracker()).table(values)
-    return RowBatch(table, ts)
+    if origins is not None and all(o is None for o in origins):
+        origins = None
+    return RowBatch(table, ts, origins)
 
 
 class SchemaTracker:

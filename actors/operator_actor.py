@@ -104,6 +104,7 @@ class OperatorActor:
         self._run_task: asyncio.Task[dict[str, Any]] | None = None
         self._suspension: Suspension | None = None
         self._rows: list[tuple[Any, int | None]] | None = None
+        self._row_origins: list[Any] | None = None
         self._row_pos = 0
         self._valve = StatusWatermarkValve(spec.num_inputs)
         self._ended: set[int] = set()
@@ -189,6 +190,8 @@ class OperatorActor:
                 subtask_index=spec.index,
                 parallelism=spec.parallelism,
                 signal_progress=self._wake,
+                # Without the subtask: after a restore, a record may go to another instance.
+                request_key_prefix=f"{spec.job}/{op.name}",
             )
 
         self._chain.setup(context_for, self._output)
@@ -374,9 +377,11 @@ class OperatorActor:
         for stale in [k for k in self._reader_states if k < checkpoint_id]:
             del self._reader_states[stale]
         rows = [] if self._rows is None else self._rows[self._row_pos:]
+        origins = None if self._rows is None or self._row_origins is None else self._row_origins[self._row_pos:]
         state = {
             "chain": self._chain.snapshot_state(),
             "rows": rows,
+            "row_origins": origins,
             "input": in_front,
             "output": overtaken,
             "reader": reader_state,
@@ -410,7 +415,7 @@ class OperatorActor:
         self._side_outputs = state["side_outputs"]
         self._finishing = state["finishing"]
         if state["rows"]:
-            self._rows, self._row_pos = list(state["rows"]), 0
+            self._rows, self._row_pos, self._row_origins = list(state["rows"]), 0, state["row_origins"]
         for channel, items in enumerate(state["output"]):
             for kind, payload in items:
                 self._outbox.put(channel, kind, payload)
@@ -457,12 +462,12 @@ class OperatorActor:
             self._suspend(controller)  # woken when the outbox drains or the operator has room
             return
         if self._rows is not None:
-            rows, pos = self._rows, self._row_pos
+            rows, pos, origins = self._rows, self._row_pos, self._row_origins
             end = min(len(rows), pos + self.spec.rows_per_round)
             while pos < end:
                 value, ts = rows[pos]
+                chain.process_element(Record(value, ts, None if origins is None else origins[pos]))
                 pos += 1
-                chain.process_element(Record(value, ts))
                 if chain.is_blocked():
                     break
             self._records_in += pos - self._row_pos
@@ -489,6 +494,7 @@ class OperatorActor:
                 self._arrow_head(payload.table, payload.timestamps)
                 return
             self._rows = list(table_to_rows(payload))
+            self._row_origins = payload.origin_list()
             self._row_pos = 0
         elif kind == "watermark":
             self._forward(self._valve.input_watermark(channel, payload))

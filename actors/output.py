@@ -224,6 +224,7 @@ class BatchingOutput:
         n = max(1, partitioner.num_targets)
         self._values: list[list[Any]] = [[] for _ in range(n)]
         self._timestamps: list[list[int | None]] = [[] for _ in range(n)]
+        self._origins: list[list[Any]] = [[] for _ in range(n)]
         self._side_buffers: dict[str, list[Any]] = {}
         self.records_out = 0
 
@@ -232,6 +233,7 @@ class BatchingOutput:
         values = self._values[target]
         values.append(record.value)
         self._timestamps[target].append(record.timestamp_ms)
+        self._origins[target].append(record.origin)
         if len(values) >= self._batch_size:
             self._flush_target(target)
 
@@ -262,9 +264,9 @@ class BatchingOutput:
         self._side_buffers = {}
 
     def _flush_target(self, target: int) -> None:
-        values, timestamps = self._values[target], self._timestamps[target]
-        self._values[target], self._timestamps[target] = [], []
-        batch = rows_to_batch(values, timestamps, self._schema, self._tracker)
+        values, timestamps, origins = self._values[target], self._timestamps[target], self._origins[target]
+        self._values[target], self._timestamps[target], self._origins[target] = [], [], []
+        batch = rows_to_batch(values, timestamps, self._schema, self._tracker, origins)
         self.records_out += batch.num_rows
         channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else target
         self._outbox.put(channel, "records", batch)

@@ -76,8 +76,10 @@ class BlockReader:
         timestamp_column: str | None = None,
         out_of_orderness_ms: int = 0,
         idleness_ms: int | None = None,
+        split: int = 0,
     ) -> None:
         self._blocks = blocks
+        self._split = split
         self._batch_size = batch_size
         self._timestamp_column = timestamp_column
         self._out_of_orderness_ms = out_of_orderness_ms
@@ -137,7 +139,8 @@ class BlockReader:
                 last_ref = ref
             stop = whole.num_rows if length is None else min(whole.num_rows, first + length)
             for offset in range(first + skip, stop, self._batch_size):
-                batch = whole.slice(offset, min(self._batch_size, stop - offset))
+                batch = whole.slice(offset, min(self._batch_size, stop - offset))._replace(
+                    origins=(self._split, piece_index, offset - first))
                 after: list[Any] = []
                 if batch.timestamps is not None and batch.num_rows:
                     watermarks.on_event(pc.max(batch.timestamps).as_py())
@@ -239,6 +242,7 @@ class SourceActor:
             # go out first.
             self._between_items.clear()
             if kind == "records":
+                assert router is not None
                 for sender, part in zip(senders, router.split(payload, len(senders))):
                     if part.num_rows:
                         await sender.send(kind, part)

@@ -143,10 +143,10 @@ def compare_outputs(expected: pa.Table, actual: pa.Table, key: str | Sequence[st
         w, g = want.get(k, Counter()), got.get(k, Counter())
         for row in set(w) | set(g):
             if row in w:
-                missing, extra = max(0, w[row] - g[row]), max(0, g[row] - w[row])
-                lost += missing
+                short, extra = max(0, w[row] - g[row]), max(0, g[row] - w[row])
+                lost += short
                 duplicated += extra
-                kinds = [("lost", missing), ("duplicated", extra)]
+                kinds = [("lost", short), ("duplicated", extra)]
             else:
                 unexpected += g[row]
                 kinds = [("unexpected", g[row])]

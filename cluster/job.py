@@ -292,7 +292,7 @@ class _Attempt:
         # The processes start while the input is prepared.
         splits = graph.splits()
         connects = [
-            actor.connect.remote(targets, _reader(source, splits[i]) if reads_source else None)
+            actor.connect.remote(targets, _reader(source, splits[i], i) if reads_source else None)
             for actor, targets, reads_source, i in wiring
         ]
         first = self.stage_actors[0]
@@ -300,7 +300,7 @@ class _Attempt:
             for i in range(source.parallelism):
                 name = instance_name(job, source.name, i, source.parallelism, self.number)
                 handle = _remote(SourceActor, name, self.actor_num_cpus).remote(
-                    job, source.name, i, source.parallelism, _reader(source, splits[i]),
+                    job, source.name, i, source.parallelism, _reader(source, splits[i], i),
                     key=stages[0].key if stages[0].partitioning == "hash" else None,
                     checkpoints=self.checkpoints, coordinator=self.coordinator, attempt=self.number,
                     restore=self.restore)
@@ -360,9 +360,10 @@ class _Attempt:
             ray.kill(handle, no_restart=True)
 
 
-def _reader(source: SourceNode, blocks: list[Any]) -> BlockReader:
+def _reader(source: SourceNode, blocks: list[Any], split: int) -> BlockReader:
     return BlockReader(
         blocks,
+        split=split,
         batch_size=source.batch_size,
         timestamp_column=source.timestamp_column,
         out_of_orderness_ms=source.out_of_orderness_ms,

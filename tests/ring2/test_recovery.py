@@ -257,3 +257,40 @@ def test_an_exhausted_restart_budget_names_the_actor_and_its_error(ray_session, 
     message = str(failure.value)
     assert "restart budget (max_restarts=1)" in message and "chaos-budget/async_map[0/1]" in message
     assert "ActorDiedError" in message
+
+
+@ray.remote
+class _Ledger:
+    """What a de-duplicating service would see: every call's idempotency key, per click."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, set[str]] = {}
+
+    def record(self, click: int, key: str) -> None:
+        self.keys.setdefault(click, set()).add(key)
+
+    def seen(self) -> dict[int, set[str]]:
+        return self.keys
+
+
+def test_a_replayed_request_carries_the_idempotency_key_of_its_first_call(ray_session, tmp_path):
+    from operators import current_request_key
+
+    ledger = _Ledger.remote()
+    n = 12_000
+
+    async def call_service(row: dict[str, Any]) -> list[dict[str, Any]]:
+        await ledger.record.remote(row["click"], current_request_key())
+        return [{**row, "score": row["click"] * 3 + 1}]
+
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=200, job_name="chaos-keys").async_map(
+        call_service, capacity=30)
+    with ChaosMonkey("chaos-keys", every_s=1.0, max_kills=2, first_after_s=1.0, seed=5) as monkey:
+        result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
+    assert compare_outputs(_expected_enriched(n), result.to_arrow(), key="click").exact
+    assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills)
+    seen = ray.get(ledger.seen.remote())
+    assert sorted(seen) == list(range(n))
+    assert all(len(keys) == 1 for keys in seen.values()), {c: k for c, k in seen.items() if len(k) > 1}
+    keys = [next(iter(k)) for k in seen.values()]
+    assert len(set(keys)) == n and all(k.startswith("chaos-keys/async_map/") for k in keys)
