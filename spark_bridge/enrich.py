@@ -43,6 +43,9 @@ def enrich(
     queue_capacity: int | None = None,
     batch_size: int | None = None,
     batch_timeout_ms: int | None = None,
+    checkpoint_interval_ms: int | None | Literal["auto"] = "auto",
+    checkpoint_dir: str | None = None,
+    resume_from: str | None = None,
 ) -> "DataFrame | tuple[DataFrame, DataFrame]":
     """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
 
@@ -71,6 +74,12 @@ def enrich(
     ``f(pa.Table) -> pa.Table``). A batch leaves when full or ``batch_timeout_ms`` after its
     first row; ``capacity`` then counts batches in flight per instance, ``timeout_ms`` is one
     deadline per batch, and the fallback, dead letters and order are still per row.
+
+    Checkpoints: with ``checkpoint_interval_ms="auto"`` (the default), a long job (Spark's plan
+    estimates at least ``AUTO_CHECKPOINT_ROWS`` rows) takes a checkpoint every
+    ``AUTO_CHECKPOINT_INTERVAL_MS`` and survives the death of its actors, exactly once; a small
+    one takes none, and fails if an actor dies. An int sets the interval, None turns them off.
+    ``checkpoint_dir`` and ``resume_from`` are those of ``DataStream.execute``.
     """
     if isinstance(fn, ArrowBatchFunction) and batch_size is None:
         raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
@@ -87,6 +96,10 @@ def enrich(
         else:
             raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
     check_dataframe(df, "enrich()")
+    if checkpoint_interval_ms == "auto":
+        checkpoint_interval_ms = auto_checkpoint_interval(df)
+    checkpoints: dict[str, Any] = dict(
+        checkpoint_interval_ms=checkpoint_interval_ms, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
     stream = from_spark(df, parallelism=parallelism, job_name=job_name)
     schema = to_arrow_schema(output_schema)
     if schema is not None:
@@ -98,7 +111,7 @@ def enrich(
             capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
             name="enrich", queue_capacity=queue_capacity,
         )
-        return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress)
+        return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
     if batch_timeout_ms is not None:
         raise ConfigurationError(f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
     stream = stream.async_map(
@@ -106,7 +119,34 @@ def enrich(
         fallback=fallback_fn, on_error=on_error, name="enrich",
         queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
     )
-    return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress)
+    return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
+
+
+#: ``enrich()`` takes checkpoints on its own from this many input rows, this often.
+AUTO_CHECKPOINT_ROWS = 1_000_000
+AUTO_CHECKPOINT_INTERVAL_MS = 10_000
+_BYTES_PER_ROW_GUESS = 100
+
+
+def auto_checkpoint_interval(df: "DataFrame") -> int | None:
+    """The checkpoint interval of ``enrich(checkpoint_interval_ms="auto")``: on for a long job.
+
+    Counting the rows would run the query; Spark's optimizer estimates them for free (its row
+    count when it knows one, else its size estimate at ``_BYTES_PER_ROW_GUESS`` bytes a row).
+    """
+    try:
+        stats = df._jdf.queryExecution().optimizedPlan().stats()
+        count = stats.rowCount()
+        if count.isDefined():
+            rows = int(str(count.get()))
+        else:
+            size = int(str(stats.sizeInBytes()))
+            if size >= 2**62:  # Spark's "unknown" (Long.MaxValue)
+                return None
+            rows = size // _BYTES_PER_ROW_GUESS
+    except Exception:  # noqa: BLE001 - no estimate: treat the job as small
+        return None
+    return AUTO_CHECKPOINT_INTERVAL_MS if rows >= AUTO_CHECKPOINT_ROWS else None
 
 
 #: Rows that may wait, finished, behind a slow one in ordered mode: per request slot, and in all.

@@ -7,17 +7,17 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 import ray
 
 from actors.source_actor import event_time_ms
 from cluster.datastream import DataStream, check_event_time_settings
-from cluster.job import JobResult, run_job
+from cluster.job import CheckpointConfig, JobResult, run_job
 from cluster.job_graph import JobGraph, SourceNode
 from operators.async_wait_operator import DEAD_LETTER, DeadLetter
-from actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
+from actors.arrow_rows import SchemaTracker, conform_table, ipc_bytes, unify_output_schemas
 from operators.errors import ConfigurationError, SchemaError
 
 from .arrow_io import (
@@ -70,23 +70,32 @@ class SparkDataStream(DataStream):
         return stream
 
     def to_spark(
-        self, output_schema: Any = None, *, dead_letters: bool = False, progress: bool = True
+        self, output_schema: Any = None, *, dead_letters: bool = False, progress: bool = True,
+        checkpoint_interval_ms: int | None = None, checkpoint_dir: str | None = None, resume_from: str | None = None,
+        max_restarts: int = 20, restart_window_s: float = 60.0, checkpoint_timeout_ms: int = 60_000,
+        checkpoint_filesystem: Any = None,
     ) -> "DataFrame | tuple[DataFrame, DataFrame]":
-        """Run the pipeline; return its output as a DataFrame (and the dead letters, if asked)."""
+        """Run the pipeline; return its output as a DataFrame (and the dead letters, if asked).
+
+        The checkpoint settings are those of ``DataStream.execute``: with them, the output is
+        what the job's completed checkpoints committed, exactly once whatever actors died.
+        """
         schema = to_arrow_schema(output_schema)
         input_schema = self._input_schema
+
+        def target_schema(schemas: list[pa.Schema | None], samples: Callable[[], list[Any]]) -> pa.Schema:
+            present = [s for s in schemas if s is not None]
+            if schema is not None:
+                return schema
+            if present:
+                return unify_output_schemas(present, samples())
+            return input_schema  # no output at all: the input's columns and types
 
         def write_ipc(actors: list[Any], schemas: list[pa.Schema | None]) -> tuple[pa.Schema, list[Any]]:
             # Each last-stage actor writes its own output as an IPC block: one Spark partition
             # per instance, converted in parallel where the rows already are.
-            present = [s for s in schemas if s is not None]
-            if schema is not None:
-                target = schema
-            elif present:
-                samples = ray.get([a.output_sample.remote() for a, s in zip(actors, schemas) if s is not None])
-                target = unify_output_schemas(present, samples)
-            else:
-                target = input_schema  # no output at all: the input's columns and types
+            target = target_schema(schemas, lambda: ray.get(
+                [a.output_sample.remote() for a, s in zip(actors, schemas) if s is not None]))
             spark_target = spark_arrow_schema(target)
             pairs = [a.take_ipc.options(num_returns=2).remote(spark_target)
                      for a, s in zip(actors, schemas) if s is not None]
@@ -94,10 +103,19 @@ class SparkDataStream(DataStream):
             return target, [block for (block, _), n in zip(pairs, counts) if n > 0]
 
         self._check_ray()
+        checkpoint = CheckpointConfig(
+            checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
+            resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s)
         result = run_job(self._graph, job_name=self.job_name, output_schema=schema, progress=progress,
-                         on_finish=write_ipc, side_tags=(DEAD_LETTER, *self._graph.side_tags))
+                         on_finish=write_ipc, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
         self.last_result = result
-        target, blocks = result.finished
+        if result.finished is not None:
+            target, blocks = result.finished
+        else:  # a checkpointed job: its committed output, read back from storage
+            tables = [t for t in ray.get(result.tables) if t is not None]
+            target = target_schema([t.schema for t in tables], lambda: [t.slice(0, 1).to_pylist()[0] for t in tables])
+            spark_target = spark_arrow_schema(target)
+            blocks = [ray.put(ipc_bytes([conform_table(t, spark_target, fill_missing=True)])) for t in tables]
         out = ipc_blocks_to_dataframe(self._spark, target, blocks)
         dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
         if dropped:
