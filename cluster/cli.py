@@ -7,6 +7,7 @@
     actorflow status --address auto --watch 2                 # every operator instance, refreshed
     actorflow demo                                            # what `make demo` runs
     actorflow checkpoints /tmp/checkpoints                    # retained checkpoints of every job
+    actorflow chaos --kills 10 --every 2s examples.enrich_clicks:pipeline   # exactly once, under kills
 
 The usual mistakes (a module that cannot be imported, an object that is no pipeline, Ray that
 cannot be reached, no Java for Spark) end with one line that says what to do, and exit code 2.
@@ -123,6 +124,86 @@ def checkpoints(directory: str, job: str | None, checkpoint_id: int | None) -> N
             if checkpoint_id is not None:
                 for task in chk.tasks:
                     click.echo(f"    {task:<40} {chk.metadata['tasks'][task]:>12,} bytes")
+
+
+def _duration_s(text: str) -> float:
+    """``"2s"``, ``"500ms"``, ``"1m"`` or a plain number of seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0}
+    for unit in ("ms", "s", "m"):
+        if text.endswith(unit):
+            number, factor = text[: -len(unit)], units[unit]
+            break
+    else:
+        number, factor = text, 1.0
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise _Usage(f"expected a duration such as 2s, 500ms or 1m, got {text!r}") from None
+    if value <= 0:
+        raise _Usage(f"a duration must be > 0, got {text!r}")
+    return value
+
+
+@main.command()
+@click.argument("target", metavar="MODULE:PIPELINE")
+@click.option("--kills", default=10, show_default=True, help="kill at most this many operator instances")
+@click.option("--every", "every", default="2s", show_default=True, help="time between kills (2s, 500ms)")
+@click.option("--first", "first", default=None, help="time to the first kill (default: --every)")
+@click.option("--checkpoint-interval", "interval", default="1s", show_default=True, help="time between checkpoints")
+@click.option("--moment", type=click.Choice(sorted(__import__("cluster.chaos", fromlist=["MOMENTS"]).MOMENTS)),
+              default=None, help="kill at this moment inside the actor instead of at once")
+@click.option("--operator", default=None, help="kill only instances of this operator")
+@click.option("--key", "keys", multiple=True, help="key column(s) to compare by (default: the first column)")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--address", default=None, help="an existing Ray cluster (host:port or 'auto'); default: a local Ray")
+def chaos(target: str, kills: int, every: str, first: str | None, interval: str, moment: str | None,
+          operator: str | None, keys: tuple[str, ...], seed: int, address: str | None) -> None:
+    """Run MODULE:PIPELINE once without failures, then again while killing its actors; report
+    what the second run lost, duplicated or made up. Exit code 1 unless the output is exact."""
+    import json
+    import tempfile
+
+    from cluster.chaos import ChaosMonkey, compare_outputs
+    from operators.errors import JobFailedError
+
+    every_s, first_s = _duration_s(every), _duration_s(first) if first is not None else None
+    interval_ms = max(10, int(_duration_s(interval) * 1000))
+    found = _find_pipeline(target)
+    _connect(address)
+    stream = _as_stream(target, found)
+    if stream.job_name is None:
+        stream.job_name = f"chaos-{os.getpid()}"
+    job = stream.job_name
+    try:
+        click.echo(f"{target}: a run without failures, for reference ...")
+        started = time.perf_counter()
+        expected = stream.execute(progress=False).to_arrow()
+        reference_s = time.perf_counter() - started
+        click.echo(f"  {expected.num_rows:,} rows in {reference_s:.1f} s")
+        click.echo(f"{target}: a run under chaos: up to {kills} kills, every {every_s:g} s, "
+                   f"checkpoints every {interval_ms} ms" + (f", at the moment {moment!r}" if moment else "") + " ...")
+        with tempfile.TemporaryDirectory(prefix="actorflow-chaos-") as directory:
+            started = time.perf_counter()
+            with ChaosMonkey(job, every_s=every_s, max_kills=kills, operator=operator, moment=moment, seed=seed,
+                             first_after_s=first_s) as monkey:
+                result = stream.execute(progress=False, checkpoint_interval_ms=interval_ms, checkpoint_dir=directory,
+                                        max_restarts=max(20, 2 * kills))
+            chaos_s = time.perf_counter() - started
+    except JobFailedError as error:
+        raise click.ClickException(str(error)) from error
+    actual = result.to_arrow()
+    key = list(keys) or [expected.column_names[0]]
+    report = compare_outputs(expected, actual, key)
+    report.kills, report.restarts, report.recoveries_s = monkey.kills, result.restarts, result.recoveries_s
+    for line in report.lines():
+        click.echo(line)
+    checkpoints = result.checkpoints or {}
+    summary = {**report.summary(), "key": key, "reference_s": round(reference_s, 2), "chaos_s": round(chaos_s, 2),
+               "checkpoints_completed": len(checkpoints.get("completed", [])),
+               "checkpoint_s_p50": checkpoints.get("duration_s_p50")}
+    click.echo(json.dumps(summary))
+    if not report.exact:
+        sys.exit(1)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)

@@ -174,3 +174,50 @@ def main(rows: int, users: int, capacity: int, parallelism: int, timeout_ms: int
 
 if __name__ == "__main__":
     main()
+
+
+_chaos_service: ServiceProcess | None = None
+
+
+def _steady_service() -> str:
+    # One service per process for the pipelines below, without failures or hangs: a run under
+    # chaos must get the same answers as the failure-free run it is compared with.
+    global _chaos_service
+    if _chaos_service is None:
+        import atexit
+
+        _chaos_service = ServiceProcess(latency_ms_median=2, latency_sigma=0.3, failure_rate=0.0, hang_rate=0.0).start()
+        atexit.register(_chaos_service.stop)
+    return _chaos_service.url
+
+
+def _click_table(n: int, users: int) -> Any:
+    import pyarrow as pa
+
+    return pa.table({
+        "click_id": list(range(n)),
+        "user_id": [(i * 7919) % users for i in range(n)],
+        "ts": [1_760_000_000_000 + i * 3_600_000 // n for i in range(n)],
+    })
+
+
+def pipeline(n: int = 200_000, users: int = 5_000, parallelism: int = 2) -> Any:
+    """Clicks enriched from the profile service over HTTP, one row out per click (key
+    ``click_id``): ``actorflow chaos --kills 10 --every 2s examples.enrich_clicks:pipeline``."""
+    from cluster import from_arrow
+
+    lookup = make_profile_lookup(_steady_service())
+
+    async def enrich_click(row: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{**row, **await lookup(row)}]
+
+    table = _click_table(n, users)
+    parts = [table.slice(i, 10_000) for i in range(0, n, 10_000)]
+    return from_arrow(parts, parallelism=parallelism, batch_size=500, timestamp_column="ts",
+                      job_name="enrich-clicks").async_map(enrich_click, capacity=100, timeout_ms=10_000, name="enrich")
+
+
+def windowed_pipeline(n: int = 200_000, users: int = 5_000, parallelism: int = 2) -> Any:
+    """``pipeline``, then clicks per country in 1-minute tumbling windows (key ``country``)."""
+    return (pipeline(n, users, parallelism).key_by("country", parallelism=parallelism)
+            .window(TumblingEventTimeWindows.of(60_000)).count())
