@@ -172,6 +172,7 @@ def _run_recoverable(
                 error = failure.error if isinstance(failure, _AttemptFailed) else failure
                 dead = attempt.dead_actor()
                 attempt.kill()
+                attempt.settle()
                 if dead is None:  # an operator failed: a replay would fail the same way
                     raise _job_failure(job, error) from _cause(error)
                 failures.append(f"{dead}: {_describe(error)}")
@@ -358,6 +359,16 @@ class _Attempt:
     def kill(self) -> None:
         for handle in self.handles:
             ray.kill(handle, no_restart=True)
+
+    def settle(self) -> None:
+        """Collect the failed calls of a killed attempt, so that Ray does not report each one as
+        an unhandled error when it is dropped."""
+        ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=1.0, fetch_local=False)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayError:
+                pass
 
 
 def _reader(source: SourceNode, blocks: list[Any], split: int) -> BlockReader:

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from cluster import DataStream, from_arrow
 
-__all__ = ["slow_users", "tagged_users"]
+__all__ = ["slow_users", "steady_users", "tagged_users"]
 
 
 def tagged_users(n: int = 2_000) -> DataStream:
@@ -35,3 +35,16 @@ def slow_users() -> DataStream:
 
     return from_arrow([pa.table({"user": list(range(2_400))})], parallelism=1, job_name="slow-users").async_map(
         slow, capacity=2, name="slow")
+
+
+def steady_users(n: int = 40_000) -> DataStream:
+    """Users tagged by an async call of a millisecond, two instances, for a few seconds: small
+    enough to run under ``actorflow chaos`` in a test, long enough to be killed."""
+
+    async def tag(row: dict[str, Any]) -> list[dict[str, Any]]:
+        await asyncio.sleep(0.001)
+        return [{**row, "tag": f"user-{row['user']}"}]
+
+    table = pa.table({"user": list(range(n))})
+    return from_arrow([table.slice(i, 5_000) for i in range(0, n, 5_000)], parallelism=2, batch_size=200,
+                      job_name="steady-users").async_map(tag, capacity=20, name="tag")

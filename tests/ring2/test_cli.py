@@ -68,3 +68,21 @@ def test_status_shows_every_instance_of_a_running_job(ray_session):
     (row,) = [line for line in lines if line.startswith("slow-users/slow[0/1]")]
     fields = row.split()
     assert fields[1] == "ALIVE" and int(fields[2]) > 0 and int(fields[4]) <= 2  # records in; in flight <= capacity
+
+
+def test_chaos_kills_a_pipelines_actors_and_reports_an_exact_output():
+    import json
+
+    done = _actorflow("chaos", "--kills", "2", "--every", "1s", "--checkpoint-interval", "300ms",
+                      "examples.pipelines:steady_users", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "lost 0, duplicated 0, unexpected 0  (exact)" in done.stdout
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["expected_rows"] == summary["actual_rows"] == 40_000
+    assert summary["kills"] >= 1 and summary["restarts"] == summary["kills"], summary
+    assert summary["key"] == ["user"]
+
+
+def test_chaos_refuses_a_duration_it_cannot_read():
+    done = _actorflow("chaos", "--every", "soon", "examples.pipelines:steady_users")
+    assert done.returncode == 2 and "expected a duration such as 2s, 500ms or 1m, got 'soon'" in done.stderr
