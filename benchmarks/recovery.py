@@ -8,6 +8,7 @@ channel). Three runs of the same job, in one process:
 - without checkpoints: the reference output, and ``throughput_no_checkpoints_rps``;
 - with a checkpoint every 5 s and no failures: ``throughput_with_checkpoints_rps`` (the target
   is a cost of at most 10 %) and ``checkpoint_s_p50`` (trigger to the last acknowledgement);
+  these two run twice each, interleaved, and the faster run of each counts;
 - under chaos: a random operator instance killed every ``--every`` seconds, ``--kills`` times
   (at least 10), checkpoints every ``--interval-ms``; its output is compared with the reference
   by (user, window): ``lost``, ``duplicated``, ``unexpected`` must all be 0. ``recovery_s_*``: from
@@ -83,13 +84,20 @@ def main(quick: bool, kills: int, every_s: float | None, interval_ms: int, seed:
         return result, time.perf_counter() - started
 
     with tempfile.TemporaryDirectory(prefix="actorflow-recovery-") as directory:
-        reference, plain_s = timed()
+        # Two runs of each, interleaved, the faster counts: this machine's noise is of the order
+        # of the cost measured.
+        plain_times, checkpointed_times = [], []
+        for _ in range(2):
+            reference, seconds = timed()
+            plain_times.append(seconds)
+            checkpointed, seconds = timed(checkpoint_interval_ms=5_000, checkpoint_dir=directory)
+            checkpointed_times.append(seconds)
+        plain_s, checkpointed_s = min(plain_times), min(checkpointed_times)
         expected = reference.to_arrow()
-        print(f"without checkpoints: {n:,} records in {plain_s:.1f} s ({n / plain_s:,.0f}/s), {expected.num_rows:,} windows")
-        checkpointed, checkpointed_s = timed(checkpoint_interval_ms=5_000, checkpoint_dir=directory)
+        print(f"without checkpoints: {n:,} records in {plain_times} s, best {n / plain_s:,.0f}/s, {expected.num_rows:,} windows")
         assert checkpointed.checkpoints is not None
         clean = compare_outputs(expected, checkpointed.to_arrow(), key=["user", "window_start"])
-        print(f"checkpoints every 5 s: {checkpointed_s:.1f} s ({n / checkpointed_s:,.0f}/s), "
+        print(f"checkpoints every 5 s: {checkpointed_times} s, best {n / checkpointed_s:,.0f}/s, "
               f"{len(checkpointed.checkpoints['completed'])} checkpoints, exact={clean.exact}")
         every = every_s if every_s is not None else max(0.5, plain_s / (kills + 2))
         started = time.perf_counter()

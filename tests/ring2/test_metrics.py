@@ -64,3 +64,38 @@ def test_every_series_is_published_under_the_documented_name_with_real_values(ra
     finally:
         release.touch()
         thread.join(60)
+
+
+def test_checkpoint_and_restart_series_carry_real_values(ray_session, tmp_path):
+    from tests.ring2.waiting import find_actor, poll
+
+    release = tmp_path / "release"
+
+    async def slow_until_released(row):
+        while not os.path.exists(release):
+            await asyncio.sleep(0.05)
+        return [row]
+
+    stream = from_arrow([pa.table({"user": list(range(300))})], parallelism=1, job_name="ckpt-metrics").async_map(
+        slow_until_released, capacity=50, name="enrich")
+    thread = threading.Thread(target=lambda: stream.execute(
+        progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path / "chk")), daemon=True)
+    thread.start()
+
+    def series() -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        for m in re.finditer(r'^ray_actorflow_(\w+)\{[^}]*job="ckpt-metrics"[^}]*\} (\S+)$', _scrape(), re.M):
+            found.setdefault(m.group(1), []).append(float(m.group(2)))
+        return found
+
+    try:
+        seen = poll(lambda: (s := series()).get("last_completed_checkpoint", [0])[0] >= 2 and s, timeout_s=90)
+        assert seen["checkpoint_duration_ms"][0] > 0 and seen["checkpoint_size_bytes"][0] > 0
+        assert seen["restarts"] == [0.0]
+        ray.kill(poll(lambda: find_actor("ckpt-metrics/enrich[0/1]")), no_restart=True)
+        poll(lambda: find_actor("ckpt-metrics/enrich[0/1]@1"))
+        seen = poll(lambda: (s := series()).get("restarts") and max(s["restarts"]) == 1.0 and s, timeout_s=90)
+        assert 1.0 in seen["restarts"]
+    finally:
+        release.touch()
+        thread.join(60)
