@@ -202,10 +202,14 @@ class ChaosMonkey:
     def _run(self) -> None:
         wait = self.first_after_s
         while len(self.kills) < self.max_kills and not self._stop.wait(wait):
-            wait = self.every_s
-            name = self._strike()
+            try:
+                name = self._strike()
+            except Exception:  # noqa: BLE001 - the state API timed out under load, say: try again soon
+                name = None
             if name is not None:
                 self.kills.append((time.monotonic() - self._started, name))
+            # After a miss (nothing alive yet, an actor busy starting) the next try comes sooner.
+            wait = self.every_s if name is not None else min(self.every_s, 0.25)
 
     def _strike(self) -> str | None:
         if self.moment is None:

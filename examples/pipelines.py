@@ -47,4 +47,4 @@ def steady_users(n: int = 40_000) -> DataStream:
 
     table = pa.table({"user": list(range(n))})
     return from_arrow([table.slice(i, 5_000) for i in range(0, n, 5_000)], parallelism=2, batch_size=200,
-                      job_name="steady-users").async_map(tag, capacity=20, name="tag")
+                      job_name="steady-users").async_map(tag, capacity=4, name="tag")

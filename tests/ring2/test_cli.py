@@ -35,7 +35,7 @@ def test_the_console_script_is_installed():
     "args, message",
     [
         (["run", "nosuch.module:x"], "cannot import 'nosuch.module': No module named 'nosuch'"),
-        (["run", "examples.pipelines:nothing"], "module 'examples.pipelines' has no 'nothing'; it has ['slow_users', 'tagged_users']"),
+        (["run", "examples.pipelines:nothing"], "module 'examples.pipelines' has no 'nothing'; it has ['slow_users', 'steady_users', 'tagged_users']"),
         (["run", "examples.pipelines"], "expected MODULE:PIPELINE"),
         (["run", "examples.pipelines:__doc__"], "is a str, expected a DataStream"),
         (["status", "--address", "127.0.0.1:1"], "cannot reach Ray at '127.0.0.1:1'"),

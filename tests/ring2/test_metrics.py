@@ -76,8 +76,10 @@ def test_checkpoint_and_restart_series_carry_real_values(ray_session, tmp_path):
             await asyncio.sleep(0.05)
         return [row]
 
-    stream = from_arrow([pa.table({"user": list(range(300))})], parallelism=1, job_name="ckpt-metrics").async_map(
-        slow_until_released, capacity=50, name="enrich")
+    # Small batches: the reader stays behind the held requests (a reader that has read all its
+    # input takes no more checkpoints).
+    stream = from_arrow([pa.table({"user": list(range(300))})], parallelism=1, batch_size=10,
+                        job_name="ckpt-metrics").async_map(slow_until_released, capacity=50, name="enrich")
     thread = threading.Thread(target=lambda: stream.execute(
         progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path / "chk")), daemon=True)
     thread.start()
