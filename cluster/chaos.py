@@ -45,12 +45,16 @@ MOMENTS = {
 
 
 def live_instances(job: str) -> list[str]:
-    """The names of the job's live operator and source actors (not its coordinator)."""
-    from ray.util.state import list_actors
+    """The names of the job's live operator and source actors (not its coordinator).
 
-    actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False)
+    Asks the cluster's GCS for its named actors (whose names go with them when they die) rather
+    than the state API, which needs the dashboard and can answer for another cluster on the
+    same machine.
+    """
     prefix = f"{job}/"
-    return sorted(a.name for a in actors if a.name and a.name.startswith(prefix) and "[" in a.name)
+    named = ray.util.list_named_actors(all_namespaces=True)
+    return sorted(a["name"] for a in named
+                  if a["namespace"] == NAMESPACE and a["name"].startswith(prefix) and "[" in a["name"])
 
 
 def kill_actor(job: str, operator: str | None = None, *, rng: random.Random | None = None) -> str | None:
