@@ -105,35 +105,32 @@ def test_window_counts_are_exact_per_key_and_window_after_restarts(ray_session, 
     assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills)
 
 
-def test_a_failure_before_the_first_checkpoint_restarts_from_the_beginning(ray_session, tmp_path):
-    n = 10_000
-    stream = from_arrow(_clicks(n), parallelism=2, batch_size=100, job_name="chaos-early").async_map(
-        _enrich, capacity=10)
-    thread, outcome = _run(stream, checkpoint_interval_ms=600_000, checkpoint_dir=str(tmp_path))
-    actor = poll(lambda: find_actor("chaos-early/async_map[1/2]"))
-    poll(lambda: ray.get(actor.stats.remote())["records_in"] > 500)
-    ray.kill(actor, no_restart=True)
-    thread.join(120)
+def _kill_in_turn(directory: Path, job: str, n: int, interval_ms: int, kills: list[tuple[str, int]]) -> Any:
+    """Run the enrichment of ``n`` clicks; kill each named instance once it has taken in that
+    many records (0: as soon as it exists); return the result."""
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=100, job_name=job).async_map(_enrich, capacity=10)
+    thread, outcome = _run(stream, checkpoint_interval_ms=interval_ms, checkpoint_dir=str(directory))
+    for name, records_in in kills:
+        actor = poll(lambda: find_actor(f"{job}/{name}"), timeout_s=60)
+        poll(lambda: ray.get(actor.stats.remote())["records_in"] >= records_in)
+        ray.kill(actor, no_restart=True)
+    thread.join(180)
     result, error = outcome
     assert error is None, error
+    return result
+
+
+def test_a_failure_before_the_first_checkpoint_restarts_from_the_beginning(ray_session, tmp_path):
+    n = 10_000
+    result = _kill_in_turn(tmp_path, "chaos-early", n, 600_000, [("async_map[1/2]", 500)])
     assert result.restarts == 1 and result.checkpoints["completed"] == []
     assert compare_outputs(_expected_enriched(n), result.to_arrow(), key="click").exact
 
 
 def test_a_second_failure_right_after_recovery_is_recovered_too(ray_session, tmp_path):
     n = 20_000
-    stream = from_arrow(_clicks(n), parallelism=2, batch_size=200, job_name="chaos-twice").async_map(
-        _enrich, capacity=20)
-    thread, outcome = _run(stream, checkpoint_interval_ms=400, checkpoint_dir=str(tmp_path))
-    first = poll(lambda: find_actor("chaos-twice/async_map[0/2]"))
-    poll(lambda: ray.get(first.stats.remote())["records_in"] > 2_000)
-    ray.kill(first, no_restart=True)
-    # The restarted instance dies as soon as it runs, before the attempt's first checkpoint.
-    second = poll(lambda: find_actor("chaos-twice/async_map[1/2]@1"), timeout_s=60)
-    ray.kill(second, no_restart=True)
-    thread.join(180)
-    result, error = outcome
-    assert error is None, error
+    # The restarted instance dies as soon as it exists, before the attempt's first checkpoint.
+    result = _kill_in_turn(tmp_path, "chaos-twice", n, 400, [("async_map[0/2]", 2_000), ("async_map[1/2]@1", 0)])
     assert result.restarts == 2, result.failures
     table = result.to_arrow()
     assert table.column("click").to_pylist() == list(range(n))
