@@ -30,6 +30,8 @@ from ray.exceptions import RayActorError
 
 from operators.errors import ConfigurationError
 
+from .checkpoints.coordinator import COORDINATOR
+
 __all__ = ["MOMENTS", "ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor", "live_instances"]
 
 NAMESPACE = "actorflow"
@@ -51,10 +53,10 @@ def live_instances(job: str) -> list[str]:
     than the state API, which needs the dashboard and can answer for another cluster on the
     same machine.
     """
-    prefix = f"{job}/"
+    prefix, coordinator = f"{job}/", f"{job}/{COORDINATOR}["
     named = ray.util.list_named_actors(all_namespaces=True)
-    return sorted(a["name"] for a in named
-                  if a["namespace"] == NAMESPACE and a["name"].startswith(prefix) and "[" in a["name"])
+    return sorted(a["name"] for a in named if a["namespace"] == NAMESPACE and a["name"].startswith(prefix)
+                  and "[" in a["name"] and not a["name"].startswith(coordinator))
 
 
 def kill_actor(job: str, operator: str | None = None, *, rng: random.Random | None = None) -> str | None:

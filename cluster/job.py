@@ -25,7 +25,7 @@ from actors.operator_actor import ChainSpec, OperatorActor
 from actors.source_actor import BlockReader, SourceActor
 from operators.errors import ActorflowError, ConfigurationError, JobFailedError
 
-from .checkpoints.coordinator import CheckpointConfig, CheckpointCoordinator, JobCheckpoints
+from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCoordinator, JobCheckpoints
 from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode
@@ -145,7 +145,7 @@ def _run_recoverable(
     side_tags: tuple[str, ...], progress: bool, actor_num_cpus: float,
 ) -> JobResult:
     checkpoints, first_id = _open_checkpoints(job, config)
-    coordinator = _remote(CheckpointCoordinator, f"{job}/checkpoint-coordinator", 0).remote(
+    coordinator = _remote(CheckpointCoordinator, instance_name(job, COORDINATOR, 0, 1), 0).remote(
         job, checkpoints, config, first_id)
     restarts: deque[float] = deque()
     recoveries_s: list[float] = []

@@ -29,12 +29,17 @@ from typing import Any
 import pyarrow as pa
 from ray.util import metrics as ray_metrics
 
+from actors.naming import instance_name
 from operators.errors import ConfigurationError
 
 from .sink import FINAL_EPOCH, TwoPhaseOutput
 from .storage import CheckpointError, CheckpointStorage, PendingCheckpoint
 
-__all__ = ["CheckpointConfig", "CheckpointCoordinator", "JobCheckpoints"]
+__all__ = ["COORDINATOR", "CheckpointConfig", "CheckpointCoordinator", "JobCheckpoints"]
+
+#: The coordinator's operator name: the actor is ``<job>/checkpoint_coordinator[0/1]``, named like
+#: the operator instances, so the dashboard lists it with them.
+COORDINATOR = "checkpoint_coordinator"
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,7 @@ class CheckpointCoordinator:
             _gauge(name, description).set(0.0, tags=self._tags)
 
     def __repr__(self) -> str:
-        return f"{self.job}/checkpoint-coordinator"
+        return instance_name(self.job, COORDINATOR, 0, 1)
 
     async def configure(self, attempt: int, tasks: list[str], readers: list[Any], participants: list[Any]) -> None:
         """Take on a new attempt of the job: its tasks, the ones that read the input, all actors."""
