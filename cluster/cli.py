@@ -45,9 +45,21 @@ def main() -> None:
 @click.argument("target", metavar="MODULE:PIPELINE")
 @click.option("--address", default=None, help="an existing Ray cluster (host:port or 'auto'); default: a local Ray")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def run(target: str, address: str | None, progress: bool) -> None:
+@click.option("--checkpoint-dir", default=None, help="take checkpoints here (a path or pyarrow.fs URI) and recover from failures")
+@click.option("--checkpoint-interval", "interval", default="5s", show_default=True,
+              help="time between checkpoints, with --checkpoint-dir or --resume-from")
+@click.option("--resume-from", default=None, help="start from the latest checkpoint of an earlier run (its job directory)")
+def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | None, interval: str,
+        resume_from: str | None) -> None:
     """Run the pipeline MODULE:PIPELINE (a DataStream, or a function that returns one) to its end."""
     found = _find_pipeline(target)  # import errors first, before Ray starts
+    settings: dict[str, Any] = {}
+    if checkpoint_dir is not None or resume_from is not None:
+        settings["checkpoint_interval_ms"] = max(10, int(_duration_s(interval) * 1000))
+        settings["checkpoint_dir"] = checkpoint_dir
+    if resume_from is not None:
+        _check_job_directory(resume_from)
+        settings["resume_from"] = resume_from
     _connect(address)
     stream = _as_stream(target, found)
     from operators.errors import JobFailedError
@@ -56,13 +68,14 @@ def run(target: str, address: str | None, progress: bool) -> None:
     started = time.perf_counter()
     try:
         if isinstance(stream, SparkDataStream):
-            out: Any = stream.to_spark(progress=progress)  # one DataFrame: no dead letters were asked for
+            out: Any = stream.to_spark(progress=progress, **settings)  # one DataFrame: no dead letters were asked for
             rows = out.count()
             click.echo(f"{target}: {rows:,} rows out, as a Spark DataFrame of {out.columns}")
         else:
-            result = stream.execute(progress=progress)
+            result = stream.execute(progress=progress, **settings)
             click.echo(f"{target}: job {result.job!r}, {result.input_rows:,} records in, "
-                       f"{result.output_rows:,} records out")
+                       f"{result.output_rows:,} records out"
+                       + (f", {result.restarts} restarts" if result.restarts else ""))
     except JobFailedError as error:
         raise click.ClickException(str(error)) from error
     click.echo(f"finished in {time.perf_counter() - started:.1f} s")
@@ -221,6 +234,21 @@ def demo(ctx: click.Context) -> None:
     demo_main.main(args=ctx.args, prog_name="actorflow demo", standalone_mode=True)
 
 
+def _check_job_directory(path: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        filesystem, where = pafs.FileSystem.from_uri(path)
+    except (ValueError, OSError):
+        filesystem, where = pafs.LocalFileSystem(), os.path.abspath(path)
+    if filesystem.get_file_info(where).type != pafs.FileType.Directory:
+        raise _Usage(f"no checkpoint directory at {path!r}; pass a job's directory, <checkpoint-dir>/<job> "
+                     "(`actorflow checkpoints <checkpoint-dir>` lists them)")
+    selector = pafs.FileSelector(where, recursive=True)
+    if not any(i.base_name == "_metadata" for i in filesystem.get_file_info(selector)):
+        raise _Usage(f"{path!r} holds no complete checkpoint to resume from")
+
+
 def _find_pipeline(target: str) -> Any:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
@@ -295,16 +323,34 @@ def _status_table() -> str:
             figures[name] = ray.get(ref, timeout=5)
         except Exception:  # noqa: BLE001 - a dying actor shows with empty figures
             figures[name] = {}
-    header = f"{'operator instance':<40} {'state':<9} {'in':>10} {'out':>10} {'in flight':>9} {'watermark':>15} {'restarts':>8}"
+    last_checkpoint = {job: _last_checkpoint(job) for job in {a.name.split("/", 1)[0] for a in ours}}
+    header = (f"{'operator instance':<40} {'state':<9} {'in':>10} {'out':>10} {'in flight':>9} {'watermark':>15} "
+              f"{'checkpoint':>10} {'restarts':>8}")
     lines = [header, "-" * len(header)]
     for actor in ours:
         f = figures.get(actor.name, {})
         watermark = f.get("watermark_ms")
         lines.append(
             f"{actor.name:<40} {actor.state:<9} {f.get('records_in', ''):>10} {f.get('records_out', ''):>10} "
-            f"{f.get('in_flight_requests', ''):>9} {'' if watermark is None else watermark:>15} {f.get('restarts', ''):>8}"
+            f"{f.get('in_flight_requests', ''):>9} {'' if watermark is None else watermark:>15} "
+            f"{last_checkpoint[actor.name.split('/', 1)[0]]:>10} {f.get('restarts', ''):>8}"
         )
     return "\n".join(lines)
+
+
+def _last_checkpoint(job: str) -> str:
+    """The id of the job's last complete checkpoint; '-' for a job without checkpoints."""
+    import ray
+
+    from actors.naming import instance_name
+    from cluster.checkpoints.coordinator import COORDINATOR
+
+    try:
+        coordinator = ray.get_actor(instance_name(job, COORDINATOR, 0, 1), namespace=NAMESPACE)
+        last = ray.get(coordinator.figures.remote(), timeout=5)["last_completed"]
+    except Exception:  # noqa: BLE001 - no coordinator (no checkpoints), or it is going
+        return "-"
+    return "none yet" if last is None else str(last)
 
 
 if __name__ == "__main__":

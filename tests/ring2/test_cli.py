@@ -11,7 +11,7 @@ import threading
 import pytest
 import ray
 
-from examples.pipelines import slow_users
+from examples.pipelines import slow_users, steady_users
 from tests.ring2.waiting import find_actor, poll
 
 pytestmark = pytest.mark.ray
@@ -39,8 +39,10 @@ def test_the_console_script_is_installed():
         (["run", "examples.pipelines"], "expected MODULE:PIPELINE"),
         (["run", "examples.pipelines:__doc__"], "is a str, expected a DataStream"),
         (["status", "--address", "127.0.0.1:1"], "cannot reach Ray at '127.0.0.1:1'"),
+        (["run", "examples.pipelines:tagged_users", "--resume-from", "/nonexistent/job"],
+         "no checkpoint directory at '/nonexistent/job'"),
     ],
-    ids=["no-module", "no-attribute", "no-colon", "not-a-stream", "ray-unreachable"],
+    ids=["no-module", "no-attribute", "no-colon", "not-a-stream", "ray-unreachable", "no-checkpoint-dir"],
 )
 def test_the_usual_mistakes_get_one_line_and_exit_code_2(args, message):
     done = _actorflow(*args)
@@ -86,3 +88,34 @@ def test_chaos_kills_a_pipelines_actors_and_reports_an_exact_output():
 def test_chaos_refuses_a_duration_it_cannot_read():
     done = _actorflow("chaos", "--every", "soon", "examples.pipelines:steady_users")
     assert done.returncode == 2 and "expected a duration such as 2s, 500ms or 1m, got 'soon'" in done.stderr
+
+
+def test_status_shows_the_last_checkpoint_and_the_restarts_of_a_recovered_job(ray_session, tmp_path):
+    stream = steady_users(200_000)
+    thread = threading.Thread(target=lambda: stream.execute(
+        progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path)), daemon=True)
+    thread.start()
+    first = poll(lambda: find_actor("steady-users/tag[0/2]"))
+    poll(lambda: ray.get(first.checkpoints_done.remote()) >= 1)
+    ray.kill(first, no_restart=True)
+    restarted = poll(lambda: find_actor("steady-users/tag[0/2]@1"))
+    poll(lambda: ray.get(restarted.checkpoints_done.remote()) >= 1)
+    done = _actorflow("status", "--address", ray.get_runtime_context().gcs_address)
+    for name in ("steady-users/tag[0/2]@1", "steady-users/tag[1/2]@1"):  # the job ends: stop it early
+        actor = find_actor(name)
+        if actor is not None:
+            ray.kill(actor)
+    thread.join(120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[-2:] == ["checkpoint", "restarts"]
+    (row,) = [line for line in lines if line.startswith("steady-users/tag[0/2]@1")]
+    fields = row.split()
+    assert fields[1] == "ALIVE" and int(fields[-2]) >= 2 and fields[-1] == "1"  # a checkpoint id; one restart
+
+
+def test_run_with_a_checkpoint_directory_runs_the_job_to_its_end(tmp_path):
+    done = _actorflow("run", "examples.pipelines:tagged_users", "--no-progress", "--checkpoint-dir", str(tmp_path),
+                      "--checkpoint-interval", "100ms")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "job 'tagged-users', 2,000 records in, 2,000 records out" in done.stdout
