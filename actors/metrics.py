@@ -24,6 +24,7 @@ _COUNTERS = {
     "dead_letters": "Records routed to the dead-letter output",
     "batches_in": "Arrow batches received",
     "late_records_dropped": "Records too late for every window, dropped without a side output",
+    "backpressured_ms": "Milliseconds the instance waited because downstream took no more output",
 }
 _GAUGES = {
     "in_flight_requests": "Async requests in flight",
@@ -32,6 +33,7 @@ _GAUGES = {
     "mailbox_depth": "Mails waiting in the mailbox",
     "outbox_depth": "Batches waiting to be sent downstream",
     "watermark_ms": "The operator's current event-time watermark",
+    "watermark_lag_ms": "Wall-clock time minus the current watermark",
     "restarts": "Times this operator instance was restarted",
 }
 

@@ -122,6 +122,8 @@ class OperatorActor:
         self._background: set[asyncio.Task[Any]] = set()
         self._reader_states: dict[int, Any] = {}  # the chained source's position at each barrier
         self._armed: str | None = None  # a chaos moment at which this process ends
+        self._backpressured_ms = 0  # time the output could not leave (the outbox was full)
+        self._backpressured_since: int | None = None
         self._checkpoints_done = 0
 
     def __repr__(self) -> str:
@@ -459,6 +461,8 @@ class OperatorActor:
         if self._outbox.is_full() or chain.is_blocked():
             if self._armed is not None and chain.is_blocked():
                 self._chaos_point("queue_full")
+            if self._outbox.is_full() and self._backpressured_since is None:
+                self._backpressured_since = self._clock.now_ms()  # downstream takes no more
             self._suspend(controller)  # woken when the outbox drains or the operator has room
             return
         if self._rows is not None:
@@ -530,6 +534,9 @@ class OperatorActor:
         self._suspension = controller.suspend_default_action()
 
     def _wake(self) -> None:
+        if self._backpressured_since is not None and not self._outbox.is_full():
+            self._backpressured_ms += self._clock.now_ms() - self._backpressured_since
+            self._backpressured_since = None
         if self._suspension is not None:
             suspension, self._suspension = self._suspension, None
             suspension.resume()
@@ -567,6 +574,9 @@ class OperatorActor:
                 for k in ("retries", "timeouts", "dead_letters", "failures", "late_records_dropped"):
                     totals[k] += getattr(metrics, k, 0)
         wm = self._current_watermark
+        now = self._clock.now_ms()
+        backpressured = self._backpressured_ms + (
+            0 if self._backpressured_since is None else now - self._backpressured_since)
         return {
             "name": self.name,
             "records_in": self._records_in,
@@ -577,6 +587,9 @@ class OperatorActor:
             "mailbox_depth": self.processor.mailbox.size() if hasattr(self, "processor") else 0,
             "outbox_depth": self._outbox.pending if hasattr(self, "_outbox") else 0,
             "watermark_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else wm,
+            # How far event time trails the wall clock (Flink's currentInputWatermark lag).
+            "watermark_lag_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else now - wm,
+            "backpressured_ms": backpressured,
             "restarts": self.spec.attempt,
             **totals,
         }

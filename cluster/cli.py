@@ -78,7 +78,10 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
                        + (f", {result.restarts} restarts" if result.restarts else ""))
     except JobFailedError as error:
         raise click.ClickException(str(error)) from error
-    click.echo(f"finished in {time.perf_counter() - started:.1f} s")
+    import ray
+
+    click.echo(f"finished in {time.perf_counter() - started:.1f} s on the Ray cluster at "
+               f"{ray.get_runtime_context().gcs_address}")
 
 
 @main.command()

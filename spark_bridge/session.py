@@ -99,7 +99,9 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
     if ray.is_initialized():
         return
     ray.init(
-        address=address,
+        # "local": a new local Ray even where `ray start` left the address of a cluster (perhaps
+        # one long gone) in /tmp/ray, which a bare ray.init() would try to join.
+        address="local" if address is None else address,
         # A cluster's workers do not inherit this process's environment; the variable stops the
         # log echo loop described in _prepare_process_environment.
         runtime_env=(

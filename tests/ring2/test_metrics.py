@@ -17,7 +17,8 @@ from cluster import from_arrow
 
 pytestmark = pytest.mark.ray
 
-COUNTERS = ["records_in", "records_out", "retries", "timeouts", "dead_letters", "batches_in", "late_records_dropped"]
+COUNTERS = ["records_in", "records_out", "retries", "timeouts", "dead_letters", "batches_in", "late_records_dropped",
+            "backpressured_ms"]
 GAUGES = ["in_flight_requests", "async_queue_depth", "input_queue_depth", "mailbox_depth", "outbox_depth"]
 
 

@@ -238,6 +238,32 @@ def test_backpressure_holds_the_source_back_while_a_slow_stage_drains(ray_sessio
     thread.join(60)
 
 
+def test_an_instance_whose_downstream_takes_no_more_counts_its_backpressured_time(ray_session):
+    async def slow(row):
+        await asyncio.sleep(0.01)
+        return [row]
+
+    n = 20_000
+    stream = (from_arrow([pa.table({"user": list(range(n)), "ts": list(range(n))})], parallelism=1, batch_size=100,
+                         timestamp_column="ts", job_name="backpressured")
+              .map(lambda row: row)
+              .async_map(slow, capacity=2, parallelism=2))
+    thread = _running_job(stream)
+    fast = poll(lambda: find_actor("backpressured/map[0/1]"))
+    slow_instance = poll(lambda: find_actor("backpressured/async_map[0/2]"))
+    poll(lambda: ray.get(fast.stats.remote())["records_in"] > 0)
+    time.sleep(2.0)
+    fast_figures, slow_figures = ray.get([fast.stats.remote(), slow_instance.stats.remote()])
+    assert fast_figures["backpressured_ms"] > 1_000, fast_figures  # most of the 2 s: the slow stage is full
+    assert slow_figures["backpressured_ms"] == 0, slow_figures  # nothing holds the last stage back
+    # Event time 0 .. n ms in 1970: the watermark trails the wall clock by about now - watermark.
+    now_ms = int(time.time() * 1000)
+    assert abs(fast_figures["watermark_lag_ms"] - (now_ms - fast_figures["watermark_ms"])) < 10_000, fast_figures
+    _stop(["backpressured/source[0/1]", "backpressured/map[0/1]", "backpressured/async_map[0/2]",
+           "backpressured/async_map[1/2]"])
+    thread.join(60)
+
+
 def test_a_source_actor_spreads_batches_over_every_instance_of_a_wider_stage(ray_session):
     async def tag(row):
         return [{**row, "pid": __import__("os").getpid()}]
