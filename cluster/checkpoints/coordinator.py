@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from ray.util import metrics as ray_metrics
 
 from actors.naming import instance_name
@@ -97,10 +98,16 @@ class JobCheckpoints:
 
     def write_state(self, checkpoint_id: int, task: str, data: bytes) -> int | None:
         """Store ``task``'s state; None if the checkpoint was aborted meanwhile."""
+        pending = PendingCheckpoint(self.storage, checkpoint_id, self.storage._path(checkpoint_id))
         try:
-            return PendingCheckpoint(self.storage, checkpoint_id, self.storage._path(checkpoint_id)).write(task, data)
+            return pending.write(task, data)
         except CheckpointError:
             return None
+        except OSError:
+            # Aborted while the file was written: its directory went from under the write.
+            if self.storage.filesystem.get_file_info(pending.path).type != pafs.FileType.Directory:
+                return None
+            raise
 
     def read_state(self, checkpoint_id: int, task: str) -> bytes:
         return self.storage.get(checkpoint_id).read(task)
