@@ -1,4 +1,5 @@
-"""A job's progress over its run: samples of records done and requests in flight, bar or no bar."""
+"""A job's progress: samples of records done and requests in flight over its run, bar or no bar,
+and how far event time got by its end."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from cluster import from_arrow
+from operators.windows import TumblingEventTimeWindows
 
 pytestmark = pytest.mark.ray
 
@@ -39,3 +41,17 @@ def test_progress_is_sampled_without_a_bar_and_ends_with_every_record(ray_sessio
     during = [(d, f) for _, d, f in samples[:-1] if 0 < d < ROWS]
     assert during, samples  # some sample caught the job half-way
     assert all(1 <= f <= CAPACITY for _, f in during), during
+
+
+def test_the_figures_keep_the_last_watermark_after_the_end_of_input_ended_event_time(ray_session):
+    # Event time 0..1,999 ms, 100 ms out of order: the last watermark before the end is
+    # 1,999 - 100 - 1. The end of input then ends event time, and the current watermark with it.
+    table = pa.table({"k": ["a", "b"] * 1_000, "ts": list(range(2_000))})
+    result = (
+        from_arrow([table], timestamp_column="ts", out_of_orderness_ms=100, parallelism=1, batch_size=500,
+                   job_name="last-watermark")
+        .key_by("k").window(TumblingEventTimeWindows.of(1_000)).count()
+        .execute(progress=False)
+    )
+    window = {f["name"]: f for f in result.figures}["last-watermark/window[0/1]"]
+    assert (window["watermark_ms"], window["last_watermark_ms"]) == (None, 1_898)
