@@ -29,6 +29,7 @@ from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCo
 from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode
+from .job_report import job_html, job_text
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
@@ -43,6 +44,10 @@ class JobResult:
     they are owned by the caller and outlive the job's actors. ``progress_samples`` holds
     ``(seconds since the job started, input records done, requests in flight)`` about every
     0.5 s while the job ran, the last at its end with every record done.
+
+    In a notebook it shows as a table (``_repr_html_``): its state, records in and out, elapsed
+    time, throughput, the last watermark, restarts, checkpoints, and each operator with its
+    parallelism; ``repr()`` gives the same in one line.
     """
 
     job: str
@@ -59,6 +64,12 @@ class JobResult:
     failures: list[str] = field(default_factory=list)  # "<actor>: <error>", one per restart
     checkpoints: dict[str, Any] | None = None  # the coordinator's figures
     progress_samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return job_text(self)
+
+    def _repr_html_(self) -> str:
+        return job_html(self)
 
     def to_arrow(self) -> pa.Table:
         tables = [t for t in ray.get(self.tables) if t is not None]
