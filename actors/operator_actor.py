@@ -109,6 +109,8 @@ class OperatorActor:
         self._valve = StatusWatermarkValve(spec.num_inputs)
         self._ended: set[int] = set()
         self._current_watermark = MIN_TIMESTAMP
+        # The end of input moves the watermark to MAX_WATERMARK; this keeps how far event time got.
+        self._last_watermark: int | None = None
         # A head operator that takes whole Arrow batches (the window operator's vectorised path).
         self._arrow_head: Callable[[pa.Table, pa.Array], None] | None = getattr(
             self._chain.head, "process_timestamped_batch", None)
@@ -413,6 +415,7 @@ class OperatorActor:
         self._valve = state["valve"]
         self._ended = set(state["ended"])
         self._current_watermark = state["watermark"]
+        self._last_watermark = state["watermark"] if MIN_TIMESTAMP < state["watermark"] < MAX_WATERMARK else None
         self._records_in = state["records_in"]
         self._side_outputs = state["side_outputs"]
         self._finishing = state["finishing"]
@@ -523,6 +526,8 @@ class OperatorActor:
         for element in elements:
             if isinstance(element, Watermark):
                 self._current_watermark = element.timestamp_ms
+                if MIN_TIMESTAMP < element.timestamp_ms < MAX_WATERMARK:
+                    self._last_watermark = element.timestamp_ms
                 before = self._output.records_out + self._output.buffered
                 self._chain.process_watermark(element)
                 if self._armed is not None and self._output.records_out + self._output.buffered > before:
@@ -590,6 +595,7 @@ class OperatorActor:
             # How far event time trails the wall clock (Flink's currentInputWatermark lag).
             "watermark_lag_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else now - wm,
             "backpressured_ms": backpressured,
+            "last_watermark_ms": self._last_watermark,
             "restarts": self.spec.attempt,
             **totals,
         }

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
@@ -220,6 +221,17 @@ class DataStream:
                        checkpoint=CheckpointConfig(
                            checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
                            resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
+
+    async def execute_async(self, **options: Any) -> JobResult:
+        """``execute()`` for code that already runs an event loop (a notebook's, a server's).
+
+        Takes the arguments of ``execute()``. The job runs in a worker thread, so the caller's
+        loop goes on with its other tasks meanwhile. Cancelling the await does not stop the
+        job: it runs to its end in that thread.
+
+        >>> result = await stream.execute_async(progress=False)   # doctest: +SKIP
+        """
+        return await asyncio.to_thread(self.execute, **options)
 
     @staticmethod
     def _check_ray() -> None:

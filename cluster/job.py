@@ -29,6 +29,7 @@ from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCo
 from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode
+from .job_report import job_html, job_text
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
@@ -40,7 +41,13 @@ class JobResult:
     """What a finished job produced.
 
     ``tables`` holds one Arrow table ``ObjectRef`` per instance of the last stage, in order;
-    they are owned by the caller and outlive the job's actors.
+    they are owned by the caller and outlive the job's actors. ``progress_samples`` holds
+    ``(seconds since the job started, input records done, requests in flight)`` about every
+    0.5 s while the job ran, the last at its end with every record done.
+
+    In a notebook it shows as a table (``_repr_html_``): its state, records in and out, elapsed
+    time, throughput, the last watermark, restarts, checkpoints, and each operator with its
+    parallelism; ``repr()`` gives the same in one line.
     """
 
     job: str
@@ -56,6 +63,13 @@ class JobResult:
     recoveries_s: list[float] = field(default_factory=list)  # failure seen -> new actors running
     failures: list[str] = field(default_factory=list)  # "<actor>: <error>", one per restart
     checkpoints: dict[str, Any] | None = None  # the coordinator's figures
+    progress_samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return job_text(self)
+
+    def _repr_html_(self) -> str:
+        return job_html(self)
 
     def to_arrow(self) -> pa.Table:
         tables = [t for t in ray.get(self.tables) if t is not None]
@@ -129,7 +143,7 @@ def run_job(
         attempt = _Attempt(graph, job, 0, None, None, None, output_schema, actor_num_cpus)
         try:
             attempt.deploy()
-            attempt.await_end(progress)
+            attempt.await_end(progress, started)
             return attempt.result(started, side_tags, on_finish)
         except _AttemptFailed as failure:
             raise _job_failure(job, failure.error) from _cause(failure.error)
@@ -150,6 +164,7 @@ def _run_recoverable(
     restarts: deque[float] = deque()
     recoveries_s: list[float] = []
     failures: list[str] = []
+    samples: list[tuple[float, int, int]] = []  # of the attempts that failed
     number = 0
     restore = ray.get(coordinator.restore_point.remote(0)) if config.resume_from is not None else None
     try:
@@ -161,15 +176,17 @@ def _run_recoverable(
                 attempt.deploy()
                 if failed_at is not None:
                     recoveries_s.append(time.monotonic() - failed_at)
-                attempt.await_end(progress)
+                attempt.await_end(progress, started)
                 ray.get(coordinator.stop.remote())
                 checkpoints.output.commit(checkpoints.final_epoch, number)
                 result = attempt.result(started, side_tags, None, output=checkpoints.output)
                 result.restarts, result.recoveries_s, result.failures = number, recoveries_s, failures
                 result.checkpoints = ray.get(coordinator.figures.remote())
+                result.progress_samples = samples + result.progress_samples
                 return result
             except (_AttemptFailed, RayError) as failure:
                 error = failure.error if isinstance(failure, _AttemptFailed) else failure
+                samples.extend(attempt.samples)
                 dead = attempt.dead_actor()
                 attempt.kill()
                 attempt.settle()
@@ -242,6 +259,7 @@ class _Attempt:
         self.stage_actors: list[list[Any]] = []
         self.sources: list[Any] = []
         self.refs: list[Any] = []
+        self.samples: list[tuple[float, int, int]] = []
 
     def deploy(self) -> None:
         graph, job = self.graph, self.job
@@ -317,9 +335,10 @@ class _Attempt:
         ray.get([a.start.remote() for actors in self.stage_actors for a in actors])
         self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for actors in self.stage_actors for a in actors]
 
-    def await_end(self, progress: bool) -> None:
+    def await_end(self, progress: bool, started: float) -> None:
         operators = [a for actors in self.stage_actors for a in actors]
-        _await_job(self.job, self.refs, self.stage_actors[0], operators, self.graph.source.total_rows, progress)
+        _await_job(self.job, self.refs, self.stage_actors[0], operators, self.graph.source.total_rows, progress,
+                   started, self.samples)
 
     def result(
         self, started: float, side_tags: tuple[str, ...], on_finish: Callable[..., Any] | None,
@@ -343,7 +362,7 @@ class _Attempt:
         if output is not None:
             output_rows = sum(t.num_rows for t in ray.get(tables) if t is not None)
         return JobResult(self.job, tables, schemas, side, self.graph.source.total_rows, output_rows,
-                         time.perf_counter() - started, figures, finished)
+                         time.perf_counter() - started, figures, finished, progress_samples=list(self.samples))
 
     def dead_actor(self) -> str | None:
         """The name of an actor of this attempt that died, or None if all are alive."""
@@ -383,13 +402,17 @@ def _reader(source: SourceNode, blocks: list[Any], split: int) -> BlockReader:
 
 
 def _await_job(
-    job: str, refs: list[Any], first_stage: list[Any], operators: list[Any], total_rows: int, progress: bool
+    job: str, refs: list[Any], first_stage: list[Any], operators: list[Any], total_rows: int, progress: bool,
+    started: float, samples: list[tuple[float, int, int]],
 ) -> None:
     """Wait for the job, failing fast; the bar counts input records that have an outcome.
 
     A record is done once the first stage has emitted its outcome (or filtered it out). The
     bar also shows the requests in flight in every stage and the age of the oldest, so that a
     stuck call is visible even when every record has been read.
+
+    Every 0.5 s, bar or no bar, ``samples`` gets ``(seconds since started, records done,
+    requests in flight)``; the last, at the end, has every record done.
     """
     pending = list(refs)
     bar = tqdm(total=total_rows, unit="rec", desc=job, delay=2.0, disable=not progress, leave=False)
@@ -402,21 +425,24 @@ def _await_job(
                     ray.get(ref)
                 except RayError as error:
                     raise _AttemptFailed(error) from _cause(error)
-            if progress and not bar.disable and pending and time.monotonic() - polled >= 0.5:
-                polled = time.monotonic()
+            if pending and time.perf_counter() - polled >= 0.5:
+                polled = time.perf_counter()
                 try:
                     figures = ray.get([a.record_progress.remote() for a in operators])
                 except RayError as error:  # an actor died between two polls
                     raise _AttemptFailed(error) from _cause(error)
-                first = figures[: len(first_stage)]
-                bar.update(min(total_rows, sum(f["done"] for f in first)) - bar.n)
-                oldest = max((f["oldest_ms"] for f in figures if f["oldest_ms"] is not None), default=None)
-                bar.set_postfix_str(
-                    f"in flight {sum(f['in_flight'] for f in figures)}"
-                    + ("" if oldest is None else f", oldest {oldest / 1000:.1f}s"),
-                    refresh=False,
-                )
+                done = min(total_rows, sum(f["done"] for f in figures[: len(first_stage)]))
+                in_flight = sum(f["in_flight"] for f in figures)
+                samples.append((polled - started, done, in_flight))
+                if not bar.disable:
+                    bar.update(done - bar.n)
+                    oldest = max((f["oldest_ms"] for f in figures if f["oldest_ms"] is not None), default=None)
+                    bar.set_postfix_str(
+                        f"in flight {in_flight}" + ("" if oldest is None else f", oldest {oldest / 1000:.1f}s"),
+                        refresh=False,
+                    )
         bar.update(total_rows - bar.n)
+        samples.append((time.perf_counter() - started, total_rows, 0))
     finally:
         bar.close()
 

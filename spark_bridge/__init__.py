@@ -1,7 +1,10 @@
 """Ring 3 of actorflow on Spark: the Spark-on-Ray session, ``from_spark``/``to_spark``, ``enrich()``."""
 
-from .enrich import enrich
+from .enrich import enrich, enrich_async
 from .session import ensure_ray, spark_session, stop_spark
-from .streams import SparkDataStream, from_spark, to_arrow_schema
+from .streams import SparkDataStream, from_spark, last_job, to_arrow_schema
 
-__all__ = ["SparkDataStream", "enrich", "ensure_ray", "from_spark", "spark_session", "stop_spark", "to_arrow_schema"]
+__all__ = [
+    "SparkDataStream", "enrich", "enrich_async", "ensure_ray", "from_spark", "last_job", "spark_session", "stop_spark",
+    "to_arrow_schema",
+]

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
@@ -23,7 +24,7 @@ from .streams import from_spark, to_arrow_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["enrich"]
+__all__ = ["enrich", "enrich_async"]
 
 
 def enrich(
@@ -120,6 +121,23 @@ def enrich(
         queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
     )
     return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
+
+
+async def enrich_async(
+    df: "DataFrame",
+    fn: Callable[[dict[str, Any]], Any] | Callable[[list[dict[str, Any]]], Any] | ArrowBatchFunction,
+    **options: Any,
+) -> "DataFrame | tuple[DataFrame, DataFrame]":
+    """``enrich()`` for code that already runs an event loop: a notebook's cells, a server.
+
+    Takes the arguments of ``enrich()`` and returns what it returns. The job runs in a worker
+    thread, so the caller's loop goes on meanwhile (Jupyter's loop keeps the progress bar and
+    other cells' tasks alive). Cancelling the await does not stop the job: it runs to its end
+    in that thread. ``last_job()`` then has the job's figures.
+
+    >>> enriched = await enrich_async(clicks, segment, capacity=200)   # doctest: +SKIP
+    """
+    return await asyncio.to_thread(enrich, df, fn, **options)
 
 
 #: ``enrich()`` takes checkpoints on its own from this many input rows, this often.

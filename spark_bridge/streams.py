@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -32,7 +33,10 @@ from .session import check_dataframe, ensure_ray
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SparkDataStream", "from_spark", "to_arrow_schema"]
+__all__ = ["SparkDataStream", "from_spark", "last_job", "to_arrow_schema"]
+
+# The result of the job that finished last in this process, for last_job().
+_last_job: JobResult | None = None
 
 #: Columns of a dead-letter DataFrame, after the record's own columns. A record column of the
 #: same name keeps its name; the dead-letter column then becomes ``dead_letter_<name>``.
@@ -108,7 +112,8 @@ class SparkDataStream(DataStream):
             resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s)
         result = run_job(self._graph, job_name=self.job_name, output_schema=schema, progress=progress,
                          on_finish=write_ipc, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
-        self.last_result = result
+        global _last_job
+        self.last_result = _last_job = result
         if result.finished is not None:
             target, blocks = result.finished
         else:  # a checkpointed job: its committed output, read back from storage
@@ -132,6 +137,16 @@ class SparkDataStream(DataStream):
             return out
         return out, dead_letters_to_dataframe(self._spark, result.side_outputs.get(DEAD_LETTER, []), self._input_schema)
 
+    async def to_spark_async(self, output_schema: Any = None, **options: Any) -> "DataFrame | tuple[DataFrame, DataFrame]":
+        """``to_spark()`` for code that already runs an event loop (a notebook's).
+
+        Takes the arguments of ``to_spark()``. The job runs in a worker thread, so the caller's
+        loop goes on with its other tasks meanwhile. Cancelling the await does not stop the
+        job: it runs to its end in that thread.
+
+        >>> out = await stream.async_map(lookup).to_spark_async()   # doctest: +SKIP
+        """
+        return await asyncio.to_thread(self.to_spark, output_schema, **options)
 
     def get_side_output(self, tag: str) -> "DataFrame":
         """The records of side output ``tag`` (a window's late data) from the last ``to_spark()``,
@@ -148,6 +163,20 @@ class SparkDataStream(DataStream):
                 f"no side output {tag!r}; this stream has {sorted(t for t in result.side_outputs if t != DEAD_LETTER)}"
             )
         return records_to_dataframe(self._spark, result.side_outputs[tag], self._input_schema)
+
+
+def last_job() -> JobResult:
+    """The result of the ``to_spark()`` or ``enrich()`` that finished last in this process.
+
+    ``enrich()`` returns DataFrames; this is where its job's figures are. In a notebook the
+    result shows as a table of the job and its operators.
+
+    >>> enriched = enrich(clicks, lookup)     # doctest: +SKIP
+    >>> last_job()                            # doctest: +SKIP
+    """
+    if _last_job is None:
+        raise ConfigurationError("last_job() needs a finished job; no to_spark() or enrich() has finished in this process")
+    return _last_job
 
 
 def records_to_dataframe(spark: "SparkSession", values: list[Any], input_schema: pa.Schema) -> "DataFrame":
