@@ -366,10 +366,13 @@ class OperatorActor:
 
     async def abort_checkpoint(self, checkpoint_id: int) -> None:
         self._gate.drop_barriers(checkpoint_id)
-        for stale in [k for k in self._reader_states if k <= checkpoint_id]:
-            del self._reader_states[stale]
+        self._forget_reader_states(up_to=checkpoint_id)
         self.processor.executor(0).execute_if_open(
             self._chain.notify_checkpoint_aborted, "checkpoint aborted", checkpoint_id)
+
+    def _forget_reader_states(self, up_to: int) -> None:
+        # A checkpoint taken or aborted ends the wait of every one up to it (k+1 subsumes k).
+        self._reader_states = {k: v for k, v in self._reader_states.items() if k > up_to}
 
     def _snapshot(self, checkpoint_id: int, in_front: list[list[Any]]) -> None:
         """Take checkpoint ``checkpoint_id`` now, on the mailbox thread, whatever the operator
@@ -377,9 +380,8 @@ class OperatorActor:
         and the barrier leaves ahead of the output still queued, which is part of it too."""
         self._output.flush()  # rows emitted so far belong before the barrier
         overtaken = self._outbox.put_barrier(checkpoint_id)
-        reader_state = self._reader_states.pop(checkpoint_id, None)
-        for stale in [k for k in self._reader_states if k < checkpoint_id]:
-            del self._reader_states[stale]
+        reader_state = self._reader_states.get(checkpoint_id)
+        self._forget_reader_states(up_to=checkpoint_id)
         rows = [] if self._rows is None else self._rows[self._row_pos:]
         origins = None if self._rows is None or self._row_origins is None else self._row_origins[self._row_pos:]
         state = {
