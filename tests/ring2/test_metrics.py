@@ -92,7 +92,9 @@ def test_checkpoint_and_restart_series_carry_real_values(ray_session, tmp_path):
         return found
 
     try:
-        seen = poll(lambda: (s := series()).get("last_completed_checkpoint", [0])[0] >= 2 and s, timeout_s=90)
+        # The coordinator's and the instance's processes export on their own schedules: wait for both.
+        seen = poll(lambda: (s := series()).get("last_completed_checkpoint", [0])[0] >= 2 and "restarts" in s and s,
+                    timeout_s=90)
         assert seen["checkpoint_duration_ms"][0] > 0 and seen["checkpoint_size_bytes"][0] > 0
         assert seen["restarts"] == [0.0]
         ray.kill(poll(lambda: find_actor("ckpt-metrics/enrich[0/1]")), no_restart=True)
