@@ -59,10 +59,19 @@ def live_instances(job: str) -> list[str]:
                   and "[" in a["name"] and not a["name"].startswith(coordinator))
 
 
+def attempt_of(name: str) -> int:
+    """The attempt an instance belongs to: ``clicks/enrich[0/2]@3`` -> 3, no suffix -> 0."""
+    head, at, number = name.rpartition("@")
+    return int(number) if at and head.endswith("]") and number.isdigit() else 0
+
+
 def kill_actor(job: str, operator: str | None = None, *, rng: random.Random | None = None) -> str | None:
-    """Kill one live instance of ``job`` whose name holds ``operator`` (any, if None); returns
-    its name, or None if there was none to kill."""
-    names = [n for n in live_instances(job) if _is_of(job, n, operator)]
+    """Kill one live instance of ``job``'s newest attempt whose name holds ``operator`` (any, if
+    None); returns its name, or None if there was none to kill.
+
+    Instances of an older attempt, still being torn down after a failure, are left alone: killing
+    one would cost no restart of its own."""
+    names = _newest_attempt([n for n in live_instances(job) if _is_of(job, n, operator)])
     if not names:
         return None
     name = (rng or random).choice(names)
@@ -71,6 +80,11 @@ def kill_actor(job: str, operator: str | None = None, *, rng: random.Random | No
     except ValueError:  # it went meanwhile
         return None
     return name
+
+
+def _newest_attempt(names: list[str]) -> list[str]:
+    newest = max((attempt_of(n) for n in names), default=0)
+    return [n for n in names if attempt_of(n) == newest]
 
 
 def _is_of(job: str, name: str, operator: str | None) -> bool:
@@ -214,14 +228,28 @@ class ChaosMonkey:
                 name = None
             if name is not None:
                 self.kills.append((time.monotonic() - self._started, name))
+                # One kill, one restart: the next comes only once the job runs its next attempt
+                # (or has ended), never into an attempt that is already failing.
+                self._await_attempt_after(attempt_of(name))
             # After a miss (nothing alive yet, an actor busy starting) the next try comes sooner.
             wait = self.every_s if name is not None else min(self.every_s, 0.25)
+
+    def _await_attempt_after(self, attempt: int) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not self._stop.is_set():
+            try:
+                names = live_instances(self.job)
+            except Exception:  # noqa: BLE001 - the GCS is slow under load: ask again
+                names = None
+            if names is not None and (not names or any(attempt_of(n) > attempt for n in names)):
+                return
+            time.sleep(0.1)
 
     def _strike(self) -> str | None:
         if self.moment is None:
             return kill_actor(self.job, self.operator, rng=self._rng)
-        names = [n for n in live_instances(self.job) if _is_of(self.job, n, self.operator)
-                 and not n.startswith(f"{self.job}/source[")]
+        names = _newest_attempt([n for n in live_instances(self.job) if _is_of(self.job, n, self.operator)
+                                 and not n.startswith(f"{self.job}/source[")])
         if not names:
             return None
         name = self._rng.choice(names)

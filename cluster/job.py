@@ -85,9 +85,9 @@ def _actor_class(cls: type) -> Any:
     return ray.remote(cls)
 
 
-def _remote(cls: type, name: str, num_cpus: float, **options: Any) -> Any:
+def _remote(cls: type, name: str, placement: dict[str, Any], **options: Any) -> Any:
     return _NamedActor(_actor_class(cls).options(
-        name=name, namespace=NAMESPACE, num_cpus=num_cpus, max_restarts=0, lifetime=None, **options
+        name=name, namespace=NAMESPACE, max_restarts=0, lifetime=None, **placement, **options
     ), name)
 
 
@@ -117,6 +117,7 @@ def run_job(
     side_tags: tuple[str, ...] = ("dead_letter",),
     progress: bool = True,
     actor_num_cpus: float = 0.0,
+    actor_resources: dict[str, float] | None = None,
     on_finish: Callable[[list[Any], list[pa.Schema | None]], Any] | None = None,
     checkpoint: CheckpointConfig | None = None,
 ) -> JobResult:
@@ -126,6 +127,9 @@ def run_job(
     actors go; what it returns is ``JobResult.finished``, and ``JobResult.tables`` stays empty.
     A sink uses it to have the actors write their output in the form it reads. A checkpointed
     job's output is in storage instead: ``on_finish`` is not called, and ``tables`` holds it.
+
+    The operator and source actors ask Ray for ``actor_num_cpus`` and ``actor_resources``
+    (custom resources, which can keep them to the nodes that offer them).
 
     The first stage reads the source itself when their parallelism matches, and the last stage
     keeps its output: a job of operators with one parallelism P runs on P actors. Otherwise
@@ -139,8 +143,9 @@ def run_job(
     job = validate_job_name(job_name or resumed or f"job-{uuid.uuid4().hex[:8]}")
     config = checkpoint if checkpoint is not None and checkpoint.enabled else None
     started = time.perf_counter()
+    placement: dict[str, Any] = {"num_cpus": actor_num_cpus, "resources": dict(actor_resources or {})}
     if config is None:
-        attempt = _Attempt(graph, job, 0, None, None, None, output_schema, actor_num_cpus)
+        attempt = _Attempt(graph, job, 0, None, None, None, output_schema, placement)
         try:
             attempt.deploy()
             attempt.await_end(progress, started)
@@ -151,15 +156,15 @@ def run_job(
             raise _job_failure(job, error) from _cause(error)
         finally:
             attempt.kill()
-    return _run_recoverable(graph, job, config, started, output_schema, side_tags, progress, actor_num_cpus)
+    return _run_recoverable(graph, job, config, started, output_schema, side_tags, progress, placement)
 
 
 def _run_recoverable(
     graph: JobGraph, job: str, config: CheckpointConfig, started: float, output_schema: pa.Schema | None,
-    side_tags: tuple[str, ...], progress: bool, actor_num_cpus: float,
+    side_tags: tuple[str, ...], progress: bool, placement: dict[str, Any],
 ) -> JobResult:
     checkpoints, first_id = _open_checkpoints(job, config)
-    coordinator = _remote(CheckpointCoordinator, instance_name(job, COORDINATOR, 0, 1), 0).remote(
+    coordinator = _remote(CheckpointCoordinator, instance_name(job, COORDINATOR, 0, 1), {"num_cpus": 0}).remote(
         job, checkpoints, config, first_id)
     restarts: deque[float] = deque()
     recoveries_s: list[float] = []
@@ -170,7 +175,7 @@ def _run_recoverable(
     try:
         while True:
             attempt = _Attempt(graph, job, number, checkpoints.for_attempt(number), coordinator, restore,
-                               output_schema, actor_num_cpus)
+                               output_schema, placement)
             failed_at = None if number == 0 else time.monotonic()
             try:
                 attempt.deploy()
@@ -249,11 +254,11 @@ class _Attempt:
 
     def __init__(
         self, graph: JobGraph, job: str, number: int, checkpoints: JobCheckpoints | None, coordinator: Any,
-        restore: int | None, output_schema: pa.Schema | None, actor_num_cpus: float,
+        restore: int | None, output_schema: pa.Schema | None, placement: dict[str, Any],
     ) -> None:
         self.graph, self.job, self.number = graph, job, number
         self.checkpoints, self.coordinator, self.restore = checkpoints, coordinator, restore
-        self.output_schema, self.actor_num_cpus = output_schema, actor_num_cpus
+        self.output_schema, self.placement = output_schema, placement
         self.handles: list[Any] = []
         self.names: dict[Any, str] = {}
         self.stage_actors: list[list[Any]] = []
@@ -295,7 +300,7 @@ class _Attempt:
                     attempt=self.number,
                     restore=self.restore,
                 )
-                actor = _remote(OperatorActor, spec.instance_name, self.actor_num_cpus).remote(spec)
+                actor = _remote(OperatorActor, spec.instance_name, self.placement).remote(spec)
                 self.names[actor] = spec.instance_name
                 tasks.append(spec.task)
                 actors.append(actor)
@@ -318,7 +323,7 @@ class _Attempt:
         if not chained_source:
             for i in range(source.parallelism):
                 name = instance_name(job, source.name, i, source.parallelism, self.number)
-                handle = _remote(SourceActor, name, self.actor_num_cpus).remote(
+                handle = _remote(SourceActor, name, self.placement).remote(
                     job, source.name, i, source.parallelism, _reader(source, splits[i], i),
                     key=stages[0].key if stages[0].partitioning == "hash" else None,
                     checkpoints=self.checkpoints, coordinator=self.coordinator, attempt=self.number,

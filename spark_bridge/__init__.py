@@ -2,9 +2,10 @@
 
 from .enrich import enrich, enrich_async
 from .session import ensure_ray, spark_session, stop_spark
+from .spark_cluster import SparkCluster, on_spark_cluster
 from .streams import SparkDataStream, from_spark, last_job, to_arrow_schema
 
 __all__ = [
-    "SparkDataStream", "enrich", "enrich_async", "ensure_ray", "from_spark", "last_job", "spark_session", "stop_spark",
+    "SparkCluster", "SparkDataStream", "enrich", "enrich_async", "ensure_ray", "from_spark", "last_job", "on_spark_cluster", "spark_session", "stop_spark",
     "to_arrow_schema",
 ]

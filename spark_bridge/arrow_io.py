@@ -189,7 +189,8 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
 
     Every block must already hold ``spark_arrow_schema(schema)``: ``tables_to_dataframe``
     makes such blocks, and so do the operator actors of a job (``take_ipc``). The blocks stay
-    pinned for the rest of the Spark session.
+    pinned for the rest of the Spark session. A session outside Ray (``on_spark_cluster``)
+    reads them through Parquet files in the cluster's staging directory instead.
     """
     import ray
     from raydp.spark import get_raydp_master_owner
@@ -198,6 +199,10 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
     struct = spark_schema(schema)
     if not block_refs:
         return spark.createDataFrame([], struct)
+    if not (spark.sparkContext.master or "").startswith("ray://"):
+        from .spark_cluster import read_output
+
+        return read_output(spark, struct, block_refs)
     # The DataFrame holds only object IDs; the Spark master actor keeps the objects alive.
     owner = get_raydp_master_owner(spark)
     ray.get(owner.set_reference_as_state(ray.get_actor(owner.actor_name), block_refs))

@@ -220,10 +220,11 @@ _EXECUTOR_CLASS = "org.apache.spark.executor.RayDPExecutor"
 
 
 def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
-    """Fail with one clear line if ``df`` cannot be read through Spark on Ray right now.
+    """Fail with one clear line if ``df`` cannot be read into Ray right now.
 
-    Its session must be running (not stopped), be Spark on Ray (RayDP), and have a live
-    executor: without one, every Spark job of the session waits forever.
+    Its session must be running (not stopped), and be either Spark on Ray (RayDP) with a live
+    executor (without one, every Spark job of the session waits forever) or the session of a
+    running ``on_spark_cluster``.
     """
     session = df.sparkSession
     context = session.sparkContext
@@ -233,12 +234,17 @@ def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
             "build the DataFrame again in spark_session()"
         )
     master = context.master or ""
-    if not master.startswith("ray://"):
+    if master.startswith("ray://"):
+        _wait_for_executor(context, what)
+        return
+    from .spark_cluster import active_cluster
+
+    if active_cluster(session) is None:
         raise SparkSessionError(
             f"{what} reads DataFrames of Spark on Ray (spark_bridge.spark_session()), got one of a Spark "
-            f"session on {master!r}; create it in spark_session(), or write it to Parquet and read it there"
+            f"session on {master!r}; start Ray on that cluster with on_spark_cluster(spark), or create the "
+            "DataFrame in spark_session()"
         )
-    _wait_for_executor(context, what)
 
 
 def _wait_for_executor(context: Any, what: str) -> None:

@@ -29,6 +29,7 @@ from .arrow_io import (
     tables_to_dataframe,
 )
 from .session import check_dataframe, ensure_ray
+from .spark_cluster import active_cluster, write_input
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -110,7 +111,9 @@ class SparkDataStream(DataStream):
         checkpoint = CheckpointConfig(
             checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
             resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s)
+        cluster = active_cluster(self._spark)
         result = run_job(self._graph, job_name=self.job_name, output_schema=schema, progress=progress,
+                         actor_resources=cluster.actor_resources if cluster is not None else None,
                          on_finish=write_ipc, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
         global _last_job
         self.last_result = _last_job = result
@@ -273,9 +276,15 @@ def from_spark(
     stream._spark, stream._input_schema = df.sparkSession, input_schema
     snapshot: list[Any] = []
 
+    cluster = active_cluster(df.sparkSession)
+
     def load() -> tuple[list[Any], list[int]]:
         # Called once, when the first job starts: its actors start while Spark converts. The
         # snapshot is then kept with the source, so every later run reads the same rows.
+        if cluster is not None:
+            if not snapshot:
+                snapshot.append(write_input(cluster, df, input_schema))
+            return snapshot[0]
         snapshot.append(dataframe_to_dataset(df))
         blocks = dataset_block_refs(snapshot[0])
         return [b for b, _ in blocks], [n for _, n in blocks]

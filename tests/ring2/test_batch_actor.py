@@ -175,7 +175,8 @@ def test_a_blocking_batch_past_its_deadline_is_abandoned_and_gets_the_fallback(r
     started = time.time()
     rows = (
         from_arrow(_users(200, parts=1), parallelism=1, job_name="batch-abandoned")
-        .async_map_batch(lookup, batch_size=20, capacity=2, timeout_ms=1_500,
+        # 5 s: enough for any other batch's task even when a worker process must start under load.
+        .async_map_batch(lookup, batch_size=20, capacity=2, timeout_ms=5_000,
                          fallback=lambda row: [{**row, "source": "fallback"}])
         .execute(progress=False)
         .to_arrow()

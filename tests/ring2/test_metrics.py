@@ -104,3 +104,46 @@ def test_checkpoint_and_restart_series_carry_real_values(ray_session, tmp_path):
     finally:
         release.touch()
         thread.join(60)
+
+
+def test_state_api_and_prometheus_agree_with_the_input(ray_session, tmp_path):
+    """Every row but the last passes at once; the last is held, so the actor lives on while
+    Prometheus shows the whole input taken in and all but one record out."""
+    from ray.util.state import list_actors
+
+    from tests.ring2.waiting import poll
+
+    release = tmp_path / "release"
+    rows = 1_234
+
+    async def holds_the_last_row(row):
+        while row["user"] == rows - 1 and not os.path.exists(release):
+            await asyncio.sleep(0.05)
+        return [row]
+
+    stream = from_arrow([pa.table({"user": list(range(rows))})], parallelism=2, job_name="agree").async_map(
+        holds_the_last_row, capacity=20, name="enrich")
+    thread = threading.Thread(target=lambda: stream.execute(progress=False), daemon=True)
+    thread.start()
+
+    def totals() -> dict[str, float]:
+        found: dict[str, float] = {}
+        for m in re.finditer(r'^ray_actorflow_(\w+)\{[^}]*job="agree"[^}]*\} (\S+)$', _scrape(), re.M):
+            found[m.group(1)] = found.get(m.group(1), 0.0) + float(m.group(2))  # summed over the instances
+        return found
+
+    try:
+        gcs = ray.get_runtime_context().gcs_address
+        # The dashboard's actor list: each instance by name, and its repr (Ray's "repr_name") the same.
+        actors = poll(lambda: (found := [x for x in list_actors(
+            address=gcs, filters=[("state", "=", "ALIVE")], limit=10_000, detail=True, raise_on_missing_output=False)
+            if x.name.startswith("agree/")]) and len(found) == 2 and all(x.repr_name for x in found) and found)
+        assert sorted((x.name, x.repr_name, x.class_name, x.ray_namespace) for x in actors) == [
+            (f"agree/enrich[{i}/2]", f"agree/enrich[{i}/2]", "OperatorActor", "actorflow") for i in range(2)]
+        seen = poll(lambda: (t := totals()).get("records_in_total") == rows and t.get("records_out_total") == rows - 1
+                    and t, timeout_s=90)
+        assert seen["in_flight_requests"] == 1
+        assert seen["dead_letters_total"] == seen["retries_total"] == seen["timeouts_total"] == 0
+    finally:
+        release.touch()
+        thread.join(60)

@@ -208,3 +208,12 @@ def test_missing_java_is_reported_with_what_was_expected(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SparkSessionError, match=r"needs a JDK 17 'java' on PATH.*got no 'java'"):
         _check_java()
+
+
+def test_on_spark_cluster_refuses_a_session_that_already_runs_on_ray(spark):
+    from spark_bridge import on_spark_cluster
+    from spark_bridge.session import SparkSessionError
+
+    with pytest.raises(SparkSessionError, match=r"already runs on Ray \(spark_session\(\)\)"):
+        on_spark_cluster(spark)
+    assert ray.is_initialized()  # the shared Ray was left as it was

@@ -29,7 +29,14 @@ def test_a_plain_spark_session_is_refused_with_what_to_do():
 
         plain = SparkSession.builder.master("local[1]").appName("plain").getOrCreate()
         df = plain.range(5)
-        for call in (lambda: enrich(df, lambda row: {"x": 1}), lambda: spark_session()):
+        def joined_ray_first():
+            import ray
+            from spark_bridge import on_spark_cluster
+
+            ray.init(address="local", num_cpus=1)
+            on_spark_cluster(plain)
+
+        for call in (lambda: enrich(df, lambda row: {"x": 1}), lambda: spark_session(), joined_ray_first):
             try:
                 call()
             except SparkSessionError as error:
@@ -37,9 +44,11 @@ def test_a_plain_spark_session_is_refused_with_what_to_do():
         plain.stop()
     """)
     lines = [line for line in done.stdout.splitlines() if line.startswith("REFUSED:")]
-    assert len(lines) == 2, done.stdout + done.stderr
+    assert len(lines) == 3, done.stdout + done.stderr
     assert "enrich() reads DataFrames of Spark on Ray" in lines[0] and "'local[1]'" in lines[0]
+    assert "on_spark_cluster(spark)" in lines[0]
     assert "already runs in this process" in lines[1] and "spark.stop()" in lines[1]
+    assert "already connected to a Ray cluster" in lines[2] and "ray.shutdown()" in lines[2]
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
