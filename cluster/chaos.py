@@ -46,17 +46,18 @@ MOMENTS = {
 }
 
 
-def live_instances(job: str) -> list[str]:
-    """The names of the job's live operator and source actors (not its coordinator).
+def live_instances(job: str | None = None) -> list[str]:
+    """The names of the job's (every job's, if None) live operator and source actors, not
+    the checkpoint coordinators.
 
     Asks the cluster's GCS for its named actors (whose names go with them when they die) rather
     than the state API, which needs the dashboard and can answer for another cluster on the
     same machine.
     """
-    prefix, coordinator = f"{job}/", f"{job}/{COORDINATOR}["
     named = ray.util.list_named_actors(all_namespaces=True)
-    return sorted(a["name"] for a in named if a["namespace"] == NAMESPACE and a["name"].startswith(prefix)
-                  and "[" in a["name"] and not a["name"].startswith(coordinator))
+    return sorted(a["name"] for a in named if a["namespace"] == NAMESPACE and "[" in a["name"]
+                  and (job is None or a["name"].startswith(f"{job}/"))
+                  and not a["name"].partition("/")[2].startswith(f"{COORDINATOR}["))
 
 
 def attempt_of(name: str) -> int:

@@ -307,18 +307,27 @@ def _status_table() -> str:
     import ray
     from ray.util.state import list_actors
 
+    from ray.util.state.exception import RayStateApiException
+
     gcs = ray.get_runtime_context().gcs_address
-    actors = list_actors(address=gcs, filters=[("ray_namespace", "=", NAMESPACE)], limit=10_000,
-                         raise_on_missing_output=False)
-    ours = sorted((a for a in actors if a.class_name == "OperatorActor" and a.state != "DEAD"), key=lambda a: a.name)
+    try:
+        actors = list_actors(address=gcs, filters=[("ray_namespace", "=", NAMESPACE)], limit=10_000,
+                             raise_on_missing_output=False)
+        ours = sorted(((a.name, a.state) for a in actors if a.class_name == "OperatorActor" and a.state != "DEAD"))
+    except RayStateApiException:
+        # A cluster started without its dashboard has no State API; its GCS still knows the
+        # live named actors, though not their states.
+        from cluster.chaos import live_instances
+
+        ours = [(name, "ALIVE") for name in live_instances() if "/source[" not in name]
     if not ours:
         return "no actorflow operator instances are running"
     figures: dict[str, dict[str, Any]] = {}
     pending = {}
-    for actor in ours:
-        if actor.state == "ALIVE":
+    for name, state in ours:
+        if state == "ALIVE":
             try:
-                pending[actor.name] = ray.get_actor(actor.name, namespace=NAMESPACE).stats.remote()
+                pending[name] = ray.get_actor(name, namespace=NAMESPACE).stats.remote()
             except ValueError:  # it ended between the listing and now
                 continue
     for name, ref in pending.items():
@@ -326,17 +335,17 @@ def _status_table() -> str:
             figures[name] = ray.get(ref, timeout=5)
         except Exception:  # noqa: BLE001 - a dying actor shows with empty figures
             figures[name] = {}
-    last_checkpoint = {job: _last_checkpoint(job) for job in {a.name.split("/", 1)[0] for a in ours}}
+    last_checkpoint = {job: _last_checkpoint(job) for job in {name.split("/", 1)[0] for name, _ in ours}}
     header = (f"{'operator instance':<40} {'state':<9} {'in':>10} {'out':>10} {'in flight':>9} {'watermark':>15} "
               f"{'checkpoint':>10} {'restarts':>8}")
     lines = [header, "-" * len(header)]
-    for actor in ours:
-        f = figures.get(actor.name, {})
+    for name, state in ours:
+        f = figures.get(name, {})
         watermark = f.get("watermark_ms")
         lines.append(
-            f"{actor.name:<40} {actor.state:<9} {f.get('records_in', ''):>10} {f.get('records_out', ''):>10} "
+            f"{name:<40} {state:<9} {f.get('records_in', ''):>10} {f.get('records_out', ''):>10} "
             f"{f.get('in_flight_requests', ''):>9} {'' if watermark is None else watermark:>15} "
-            f"{last_checkpoint[actor.name.split('/', 1)[0]]:>10} {f.get('restarts', ''):>8}"
+            f"{last_checkpoint[name.split('/', 1)[0]]:>10} {f.get('restarts', ''):>8}"
         )
     return "\n".join(lines)
 
