@@ -34,6 +34,7 @@ import os
 import pickle
 import functools
 from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -46,7 +47,7 @@ from operators.mailbox_processor import DefaultActionController, MailboxProcesso
 from operators.operator import OperatorChain, OperatorContext, StreamOperator
 from operators.watermarks import StatusWatermarkValve
 
-from .arrow_rows import conform_table, ipc_bytes, is_bare, table_to_rows
+from .arrow_rows import is_bare, table_to_rows
 from .channel import ChannelSender, InputGate
 from .metrics import OperatorMetricsExporter
 from .naming import instance_name, task_name
@@ -285,17 +286,16 @@ class OperatorActor:
             raise ValueError(f"{self.name}: not the last stage, its output went downstream")
         return self._local_sink.table()
 
-    async def take_ipc(self, schema: pa.Schema) -> tuple[bytes, int]:
-        """The last stage's output conformed to ``schema``, as Arrow IPC bytes, and its row count.
+    async def output_blocks(self) -> AsyncIterator[pa.Table]:
+        """The last stage's output as it is produced, in blocks of a few MiB, in order.
 
-        Call it with ``num_returns=2``: the bytes then go to the object store from here, for a
-        reader such as Spark's, without passing through the caller.
+        Call it with ``num_returns="streaming"`` once ``connect`` returned: each block then goes
+        to the object store owned by the caller, and this actor keeps at most a few blocks.
         """
-        table = await self.take_table()
-        if table is None:
-            return b"", 0
-        conformed = conform_table(table, schema, fill_missing=True)
-        return ipc_bytes([conformed]), conformed.num_rows
+        if self._local_sink is None:
+            raise ValueError(f"{self.name}: not the last stage, its output went downstream")
+        async for table in self._local_sink.drain():
+            yield table
 
     async def output_schema(self) -> pa.Schema | None:
         return self._local_sink.schema() if self._local_sink is not None else None
@@ -437,6 +437,8 @@ class OperatorActor:
             await self._outbox.close()
             if self._local_sink is not None and self.spec.checkpoints is not None:
                 await self._local_sink.cut(self.spec.checkpoints.final_epoch)
+            if self._local_sink is not None:
+                self._local_sink.end()
             self._chain.close()
             return self._figures()
         except BaseException:
@@ -451,6 +453,8 @@ class OperatorActor:
         for task in list(self._background):
             task.cancel()
         self._outbox.cancel()
+        if self._local_sink is not None:
+            self._local_sink.end()  # the caller's stream of blocks ends; the job reports the error
         try:
             self._chain.close()  # user functions close; Ray-task functions cancel their tasks
         except Exception:  # noqa: BLE001 - the first error is the one the job reports

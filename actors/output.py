@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -48,9 +49,14 @@ class Partitioner:
 class LocalSink:
     """The end of the last stage: keeps its batches in the actor instead of sending them on.
 
-    It stands in for a ``ChannelSender`` in the ``Outbox``; the job takes the result with
-    ``table()`` as the return value of an actor call, so the caller owns it and it outlives the
-    actor.
+    It stands in for a ``ChannelSender`` in the ``Outbox``. By default it keeps the whole output
+    until the job takes it with ``table()``, as the return value of an actor call, so that the
+    caller owns it and it outlives the actor.
+
+    Once ``drain()`` runs, the output leaves as it is produced instead: the rows are sealed into
+    blocks of about ``block_bytes`` that ``drain()`` yields (from a streaming actor method, so
+    that the caller owns each block), and ``send`` waits while ``max_ready`` sealed blocks wait
+    for the caller. The actor's memory then no longer grows with the input.
 
     With ``stage`` (a checkpointed job's two-phase output), a checkpoint barrier cuts an epoch:
     the rows since the last barrier go to ``stage(epoch, table)`` in a worker thread, and
@@ -59,33 +65,82 @@ class LocalSink:
 
     channel_id = 0
 
-    def __init__(self, stage: Callable[[int, pa.Table | None], int] | None = None) -> None:
+    def __init__(
+        self, stage: Callable[[int, pa.Table | None], int] | None = None, *,
+        block_bytes: int = 8 << 20, max_ready: int = 2,
+    ) -> None:
         self._tables: list[pa.Table] = []
+        self._bytes = 0
         self._schemas: list[pa.Schema] = []
         self._first: dict[str, Any] | None = None
         self._stage = stage
         self.staged: dict[int, "asyncio.Future[int]"] = {}
         self.sent = 0
+        self._block_bytes, self._max_ready = block_bytes, max_ready
+        self._ready: deque[pa.Table] = deque()
+        self._draining = self._ended = False
+        self._changed = asyncio.Event()  # a block was sealed, or the output ended
+        self._room = asyncio.Event()  # the caller took a block
 
     async def send(self, kind: str, payload: Any) -> None:
         self.send_now(kind, payload)
+        while self._draining and len(self._ready) > self._max_ready and not self._ended:
+            self._room.clear()
+            await self._room.wait()
 
     def send_now(self, kind: str, payload: Any) -> None:
         if kind == "records" and payload.num_rows:
             self._tables.append(payload.table)
+            self._bytes += payload.table.nbytes
             if self._first is None:
                 self._first = payload.table.slice(0, 1).to_pylist()[0]
             if not self._schemas or payload.table.schema != self._schemas[-1]:
                 self._schemas.append(payload.table.schema)
+            if self._draining and self._bytes >= self._block_bytes:
+                self._seal()
         elif kind == "barrier":
             self.cut(payload)
         self.sent += 1
+
+    def _take(self) -> pa.Table | None:
+        tables, self._tables, self._bytes = self._tables, [], 0
+        return pa.concat_tables(tables, promote_options="permissive") if tables else None
+
+    def _seal(self) -> None:
+        table = self._take()
+        if table is not None:
+            self._ready.append(table)
+            self._changed.set()
+
+    def end(self) -> None:
+        """No more output: ``drain()`` yields what is left, then returns."""
+        self._ended = True
+        self._changed.set()
+        self._room.set()
+
+    async def drain(self) -> AsyncIterator[pa.Table]:
+        """The output as blocks, in order, as it is produced, until ``end()``."""
+        self._draining = True
+        self._seal()  # what came before the caller did
+        while True:
+            if self._ready:
+                table = self._ready.popleft()
+                self._room.set()
+                yield table
+            elif self._ended:
+                rest = self._take()
+                if rest is not None:
+                    yield rest
+                return
+            else:
+                self._changed.clear()
+                await self._changed.wait()
 
     def cut(self, epoch: int) -> "asyncio.Future[int]":
         """Stage the rows since the last cut as ``epoch`` (with ``stage``); returns the future."""
         if self._stage is None:
             raise RuntimeError("this sink keeps its output in memory; it has no epochs to stage")
-        table, self._tables = self.table(), []
+        table = self._take()
         future = asyncio.get_running_loop().run_in_executor(None, self._stage, epoch, table)
         self.staged[epoch] = future
         return future
@@ -104,9 +159,11 @@ class LocalSink:
         return self._first
 
     def table(self) -> pa.Table | None:
-        if not self._tables:
+        """All the output kept here (none, once ``drain()`` ran and took it)."""
+        tables = [*self._ready, *self._tables]
+        if not tables:
             return None
-        return pa.concat_tables(self._tables, promote_options="permissive")
+        return pa.concat_tables(tables, promote_options="permissive")
 
 
 class Outbox:

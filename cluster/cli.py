@@ -314,7 +314,7 @@ def _status_table() -> str:
         actors = list_actors(address=gcs, filters=[("ray_namespace", "=", NAMESPACE)], limit=10_000,
                              raise_on_missing_output=False)
         ours = sorted(((a.name, a.state) for a in actors if a.class_name == "OperatorActor" and a.state != "DEAD"))
-    except RayStateApiException:
+    except (RayStateApiException, ConnectionError):
         # A cluster started without its dashboard has no State API; its GCS still knows the
         # live named actors, though not their states.
         from cluster.chaos import live_instances

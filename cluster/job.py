@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+import threading
 import time
 import uuid
 from collections import deque
@@ -118,15 +119,19 @@ def run_job(
     progress: bool = True,
     actor_num_cpus: float = 0.0,
     actor_resources: dict[str, float] | None = None,
-    on_finish: Callable[[list[Any], list[pa.Schema | None]], Any] | None = None,
+    on_finish: Callable[[list[Any], list[pa.Schema | None], list[list[Any]]], Any] | None = None,
     checkpoint: CheckpointConfig | None = None,
 ) -> JobResult:
     """Run ``graph`` on the connected Ray cluster until its input is exhausted.
 
-    ``on_finish(last_stage_actors, their_schemas)`` runs after the job drained and before its
-    actors go; what it returns is ``JobResult.finished``, and ``JobResult.tables`` stays empty.
-    A sink uses it to have the actors write their output in the form it reads. A checkpointed
-    job's output is in storage instead: ``on_finish`` is not called, and ``tables`` holds it.
+    With ``on_finish``, the last stage's output leaves its actors while the job runs, in blocks
+    of a few MiB that this process owns, so that the actors' memory does not grow with the
+    input; ``on_finish(last_stage_actors, their_schemas, blocks)`` (``blocks[i]``: instance
+    ``i``'s block references, in order) runs after the job drained and before its actors go.
+    What it returns is ``JobResult.finished``, and ``JobResult.tables`` stays empty. Without it,
+    each last-stage actor keeps its output until the job ends, one table per instance in
+    ``tables``. A checkpointed job's output is in storage instead: ``on_finish`` is not called,
+    and ``tables`` holds it.
 
     The operator and source actors ask Ray for ``actor_num_cpus`` and ``actor_resources``
     (custom resources, which can keep them to the nodes that offer them).
@@ -145,7 +150,7 @@ def run_job(
     started = time.perf_counter()
     placement: dict[str, Any] = {"num_cpus": actor_num_cpus, "resources": dict(actor_resources or {})}
     if config is None:
-        attempt = _Attempt(graph, job, 0, None, None, None, output_schema, placement)
+        attempt = _Attempt(graph, job, 0, None, None, None, output_schema, placement, stream_output=on_finish is not None)
         try:
             attempt.deploy()
             attempt.await_end(progress, started)
@@ -255,8 +260,14 @@ class _Attempt:
     def __init__(
         self, graph: JobGraph, job: str, number: int, checkpoints: JobCheckpoints | None, coordinator: Any,
         restore: int | None, output_schema: pa.Schema | None, placement: dict[str, Any],
+        stream_output: bool = False,
     ) -> None:
         self.graph, self.job, self.number = graph, job, number
+        # With stream_output, the last stage's output leaves its actors as it is produced:
+        # blocks[i] holds instance i's blocks, owned by this process, in order.
+        self.stream_output = stream_output
+        self.blocks: list[list[Any]] = []
+        self._drains: list[threading.Thread] = []
         self.checkpoints, self.coordinator, self.restore = checkpoints, coordinator, restore
         self.output_schema, self.placement = output_schema, placement
         self.handles: list[Any] = []
@@ -334,11 +345,31 @@ class _Attempt:
                 self.sources.append(handle)
             self.handles.extend(self.sources)
         ray.get(connects)
+        if self.stream_output:
+            for actor in self.stage_actors[-1]:
+                self._drain(actor)
         if self.coordinator is not None:
             readers = first if chained_source else self.sources
             ray.get(self.coordinator.configure.remote(self.number, tasks, readers, self.handles))
         ray.get([a.start.remote() for actors in self.stage_actors for a in actors])
         self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for actors in self.stage_actors for a in actors]
+
+    def _drain(self, actor: Any) -> None:
+        blocks: list[Any] = []
+        self.blocks.append(blocks)
+        stream = actor.output_blocks.options(num_returns="streaming").remote()
+
+        def take() -> None:
+            # A failed actor ends the stream with an error, which the job reports by itself.
+            try:
+                for ref in stream:
+                    blocks.append(ref)
+            except RayError:
+                pass
+
+        thread = threading.Thread(target=take, name=f"{self.names[actor]} output", daemon=True)
+        thread.start()
+        self._drains.append(thread)
 
     def await_end(self, progress: bool, started: float) -> None:
         operators = [a for actors in self.stage_actors for a in actors]
@@ -361,7 +392,11 @@ class _Attempt:
             # With a hook, the hook takes the output in its own form; the tables are not made too.
             tables = [a.take_table.remote() for a in last] if on_finish is None else []
             schemas = ray.get([a.output_schema.remote() for a in last])
-            finished = on_finish(last, schemas) if on_finish is not None else None
+            for thread in self._drains:  # the streams end with the actors' output
+                thread.join(60)
+                if thread.is_alive():
+                    raise RuntimeError(f"{thread.name}: its stream of blocks did not end with the job")
+            finished = on_finish(last, schemas, self.blocks) if on_finish is not None else None
             ray.wait(tables, num_returns=len(tables), fetch_local=False)
         output_rows = sum(f["records_out"] for f in ray.get([a.stats.remote() for a in last]))
         if output is not None:

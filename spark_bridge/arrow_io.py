@@ -81,6 +81,8 @@ def release_dataframe(df: DataFrame) -> None:
     """
     from raydp.spark import release_spark_recoverable
 
+    if getattr(df.sparkSession.sparkContext, "_jsc", None) is None:
+        return  # the session stopped, and freed everything with it
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx", category=UserWarning)
         release_spark_recoverable(df)
@@ -136,17 +138,19 @@ def spark_schema(schema: pa.Schema) -> Any:
 
 
 def tables_to_dataframe(
-    spark: SparkSession, tables: TablesOrRefs, schema: pa.Schema
+    spark: SparkSession, tables: TablesOrRefs, schema: pa.Schema, *, fill_missing: bool = False
 ) -> DataFrame:
     """Build a Spark DataFrame from Arrow tables, or Ray references to Arrow tables.
 
     Rows keep their order: the tables' order, then each table's row order. Every table is cast
     to ``schema`` (columns picked by name); timestamps become microseconds (Spark's unit, finer
     digits are dropped), naive ones ``timestamp_ntz`` and those with a time zone ``timestamp``. No tables, or only empty ones,
-    give an empty DataFrame with the schema.
+    give an empty DataFrame with the schema. A table that lacks a column of ``schema`` is an
+    error, or with ``fill_missing`` gets it as nulls (one instance of a job may never have seen a
+    key that another's rows had).
 
-    The converted blocks stay pinned in Ray's object store for the rest of the Spark session,
-    because the DataFrame reads them again on every action.
+    The DataFrame comes back cached in Spark, and nothing of it stays in Ray's object store
+    (see ``ipc_blocks_to_dataframe``).
 
     Example::
 
@@ -161,7 +165,7 @@ def tables_to_dataframe(
         return spark.createDataFrame([], struct)
 
     if all(isinstance(table, pa.Table) for table in tables):
-        local = [conform_table(table, target) for table in tables]  # type: ignore[arg-type]
+        local = [conform_table(table, target, fill_missing=fill_missing) for table in tables]  # type: ignore[arg-type]
         groups = _contiguous_groups([table.nbytes for table in local])
         blobs = [ipc_bytes([local[i] for i in group]) for group in groups]
         counts = [sum(local[i].num_rows for i in group) for group in groups]
@@ -170,10 +174,15 @@ def tables_to_dataframe(
         refs: list[ray.ObjectRef] = list(tables)  # type: ignore[arg-type]
         groups = _contiguous_groups(_object_sizes(refs))
         convert = _remote_conform_to_ipc()
-        pending = [convert.remote(target, *[refs[i] for i in group]) for group in groups]
+        pending = [convert.remote(target, fill_missing, *[refs[i] for i in group]) for group in groups]
         block_refs = [blob_ref for blob_ref, _ in pending]
         # Waiting for the counts here surfaces a bad table now, not at Spark's first action.
-        counts = ray.get([count_ref for _, count_ref in pending])
+        try:
+            counts = ray.get([count_ref for _, count_ref in pending])
+        except ray.exceptions.RayTaskError as error:
+            if isinstance(error.cause, SchemaError):
+                raise error.cause from None
+            raise
     else:
         kinds = sorted({type(table).__name__ for table in tables})
         raise SchemaError(
@@ -188,12 +197,14 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
     """A DataFrame over blocks of Arrow IPC bytes in Ray's object store, one partition each.
 
     Every block must already hold ``spark_arrow_schema(schema)``: ``tables_to_dataframe``
-    makes such blocks, and so do the operator actors of a job (``take_ipc``). The blocks stay
-    pinned for the rest of the Spark session. A session outside Ray (``on_spark_cluster``)
-    reads them through Parquet files in the cluster's staging directory instead.
+    makes such blocks. The DataFrame is
+    cached in Spark (memory, then disk) before it is returned, and holds nothing in Ray's object
+    store: ``unpersist()`` frees it all. After that it cannot be computed again, since the blocks
+    were freed. A session outside Ray (``on_spark_cluster``) reads the blocks through Parquet
+    files in the cluster's staging directory instead.
     """
     import ray
-    from raydp.spark import get_raydp_master_owner
+    from pyspark import StorageLevel
     from raydp.spark.dataset import _convert_by_rdd
 
     struct = spark_schema(schema)
@@ -203,16 +214,18 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
         from .spark_cluster import read_output
 
         return read_output(spark, struct, block_refs)
-    # The DataFrame holds only object IDs; the Spark master actor keeps the objects alive.
-    owner = get_raydp_master_owner(spark)
-    ray.get(owner.set_reference_as_state(ray.get_actor(owner.actor_name), block_refs))
     # Blocks of Arrow IPC bytes take RayDP's JVM path: executors decode them natively. Its
     # public entry (ray_dataset_to_spark_dataframe) would map naive timestamps to timestamp, not
     # timestamp_ntz, and fetch the first block into this process to look at it; its inner
     # function takes the Spark schema as given.
     core_worker = ray._private.worker.global_worker.core_worker  # type: ignore[attr-defined]
     locations = [core_worker.get_owner_address(ref) for ref in block_refs]
-    return _convert_by_rdd(spark, block_refs, locations, struct)
+    # The executors read the blocks once, into Spark's cache; from then on the DataFrame needs
+    # nothing of Ray, and the blocks go with the last reference this process holds (the caller's).
+    # Handing them to RayDP's master instead would pin them until Spark stops.
+    df = _convert_by_rdd(spark, block_refs, locations, struct).persist(StorageLevel.MEMORY_AND_DISK)
+    df.count()
+    return df
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
@@ -232,10 +245,12 @@ def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _conform_to_ipc(target: pa.Schema, *tables: pa.Table) -> tuple[bytes, int]:
+def _conform_to_ipc(target: pa.Schema, fill_missing: bool, *tables: pa.Table | None) -> tuple[bytes, int]:
     # Runs as a Ray task next to the blocks. Python bytes are stored in Ray's cross-language
     # format, which the JVM executors can read.
-    conformed = [conform_table(table, target) for table in tables]
+    conformed = [conform_table(table, target, fill_missing=fill_missing) for table in tables if table is not None]
+    if not conformed:
+        return b"", 0
     return ipc_bytes(conformed), sum(table.num_rows for table in conformed)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
@@ -18,14 +19,13 @@ from cluster.datastream import DataStream, check_event_time_settings
 from cluster.job import CheckpointConfig, JobResult, run_job
 from cluster.job_graph import JobGraph, SourceNode
 from operators.async_wait_operator import DEAD_LETTER, DeadLetter
-from actors.arrow_rows import SchemaTracker, conform_table, ipc_bytes, unify_output_schemas
+from actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
 from operators.errors import ConfigurationError, SchemaError
 
 from .arrow_io import (
     dataframe_to_dataset,
     dataset_block_refs,
-    ipc_blocks_to_dataframe,
-    spark_arrow_schema,
+    release_dataframe,
     tables_to_dataframe,
 )
 from .session import check_dataframe, ensure_ray
@@ -96,16 +96,12 @@ class SparkDataStream(DataStream):
                 return unify_output_schemas(present, samples())
             return input_schema  # no output at all: the input's columns and types
 
-        def write_ipc(actors: list[Any], schemas: list[pa.Schema | None]) -> tuple[pa.Schema, list[Any]]:
-            # Each last-stage actor writes its own output as an IPC block: one Spark partition
-            # per instance, converted in parallel where the rows already are.
+        def output_blocks(actors: list[Any], schemas: list[pa.Schema | None],
+                          blocks: list[list[Any]]) -> tuple[pa.Schema, list[Any]]:
+            # The blocks left the actors while the job ran; Ray tasks conform them for Spark.
             target = target_schema(schemas, lambda: ray.get(
                 [a.output_sample.remote() for a, s in zip(actors, schemas) if s is not None]))
-            spark_target = spark_arrow_schema(target)
-            pairs = [a.take_ipc.options(num_returns=2).remote(spark_target)
-                     for a, s in zip(actors, schemas) if s is not None]
-            counts = ray.get([count for _, count in pairs])  # a table that does not fit fails here
-            return target, [block for (block, _), n in zip(pairs, counts) if n > 0]
+            return target, [ref for refs in blocks for ref in refs]
 
         self._check_ray()
         checkpoint = CheckpointConfig(
@@ -114,17 +110,20 @@ class SparkDataStream(DataStream):
         cluster = active_cluster(self._spark)
         result = run_job(self._graph, job_name=self.job_name, output_schema=schema, progress=progress,
                          actor_resources=cluster.actor_resources if cluster is not None else None,
-                         on_finish=write_ipc, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
+                         on_finish=output_blocks, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
         global _last_job
         self.last_result = _last_job = result
         if result.finished is not None:
-            target, blocks = result.finished
+            target, refs = result.finished
         else:  # a checkpointed job: its committed output, read back from storage
-            tables = [t for t in ray.get(result.tables) if t is not None]
+            refs = result.tables
+            tables = [t for t in ray.get(refs) if t is not None]
             target = target_schema([t.schema for t in tables], lambda: [t.slice(0, 1).to_pylist()[0] for t in tables])
-            spark_target = spark_arrow_schema(target)
-            blocks = [ray.put(ipc_bytes([conform_table(t, spark_target, fill_missing=True)])) for t in tables]
-        out = ipc_blocks_to_dataframe(self._spark, target, blocks)
+            del tables
+        # Spark reads the output into its cache; then every block goes, so unpersist() frees it all.
+        result.finished, result.tables = None, []
+        out = tables_to_dataframe(self._spark, refs, target, fill_missing=True)
+        del refs
         dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
         if dropped:
             warnings.warn(
@@ -250,7 +249,7 @@ def from_spark(
 
     Like a Spark transformation, this reads nothing yet: the first run of the stream snapshots
     ``df`` into Ray's object store while it starts its actors, and later runs of the same stream
-    read that snapshot.
+    read that snapshot. The snapshot is freed with the last stream built on it.
     """
     if parallelism is not None and (not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1):
         raise ConfigurationError(f"parallelism must be an int >= 1 (or None for one per core, up to 4), got {parallelism!r}")
@@ -290,6 +289,11 @@ def from_spark(
         return [b for b, _ in blocks], [n for _, n in blocks]
 
     stream.graph.source.loader = load
+    if cluster is None:
+        # The snapshot's blocks go with the last stream over this source; so must Spark's cached
+        # copy of them (a no-op if the stream never ran).
+        # At exit there is nothing to do: Spark stops and frees it.
+        weakref.finalize(stream.graph.source, release_dataframe, df).atexit = False
     return stream
 
 

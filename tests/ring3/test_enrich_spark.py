@@ -46,7 +46,6 @@ def test_enrich_calls_the_real_service_and_keeps_input_order(spark, service):
     out = enrich(df, _lookup(service.url), capacity=50, parallelism=2, timeout_ms=10_000, progress=False)
     rows = out.collect()
     assert out.columns == ["click_id", "user_id", "segment"]
-    assert out.rdd.getNumPartitions() == 2  # each instance wrote its own output block
     assert [r.click_id for r in rows] == expected_order
     assert all(r.segment == user_profile(r.user_id)["segment"] for r in rows)
     assert service.stats()["requests"] >= 2_000

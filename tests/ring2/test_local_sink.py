@@ -1,0 +1,75 @@
+"""The last stage's sink: whole output kept by default, or blocks that leave as they are produced."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow as pa
+
+from actors.arrow_rows import RowBatch
+from actors.output import LocalSink
+
+
+def _batch(start: int, n: int = 1_000) -> RowBatch:
+    return RowBatch(pa.table({"user": list(range(start, start + n)), "pad": ["x" * 100] * n}), None)
+
+
+def test_without_a_drain_the_sink_keeps_everything_for_table():
+    async def run():
+        sink = LocalSink()
+        for i in range(20):
+            await sink.send("records", _batch(i * 1_000))
+        sink.end()
+        return sink.table()
+
+    table = asyncio.run(run())
+    assert table.column("user").to_pylist() == list(range(20_000))
+
+
+def test_drained_blocks_are_bounded_in_order_and_complete():
+    async def run():
+        block_bytes = 300_000  # about three batches
+        sink = LocalSink(block_bytes=block_bytes, max_ready=2)
+        blocks: list[pa.Table] = []
+        held: list[int] = []
+
+        async def produce():
+            for i in range(100):
+                await sink.send("records", _batch(i * 1_000))
+                held.append(sum(t.nbytes for t in sink._ready) + sink._bytes)
+            sink.end()
+
+        async def consume():
+            async for block in sink.drain():
+                blocks.append(block)
+                await asyncio.sleep(0.001)  # a slow caller: the producer must wait for it
+
+        await asyncio.gather(consume(), produce())  # the drain starts first, as the job starts it
+        return blocks, held, block_bytes, sink.table()
+
+    blocks, held, block_bytes, left = asyncio.run(run())
+    assert [u for b in blocks for u in b.column("user").to_pylist()] == list(range(100_000))
+    assert len(blocks) > 10 and all(b.nbytes < 2 * block_bytes for b in blocks)
+    # What the sink holds never exceeds the blocks it may keep waiting plus the one it fills.
+    assert max(held) <= 4 * block_bytes
+    assert left is None  # everything left through drain()
+
+
+def test_a_drain_that_starts_late_gets_what_came_before_it_first():
+    async def run():
+        sink = LocalSink(block_bytes=1 << 30)
+        await sink.send("records", _batch(0))
+        out: list[int] = []
+
+        async def consume():
+            async for block in sink.drain():
+                out.extend(block.column("user").to_pylist())
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.01)
+        await sink.send("records", _batch(1_000))
+        sink.end()
+        await task
+        return out
+
+    assert asyncio.run(run()) == list(range(2_000))
