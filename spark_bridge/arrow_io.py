@@ -43,12 +43,18 @@ _TARGET_PARTITION_BYTES = 64 * 1024 * 1024
 
 TablesOrRefs = Union[Sequence[pa.Table], Sequence["ray.ObjectRef"]]
 
+# An input partition above this (by Spark's estimate) is split before it goes to Ray.
+_MAX_INPUT_PARTITION_BYTES = 64 * 1024 * 1024
+# The split DataFrame that stands for a user's DataFrame, for release_dataframe().
+_split_inputs: dict[Any, Any] = {}
+
 
 def dataframe_to_dataset(df: DataFrame) -> Dataset:
     """Snapshot a Spark DataFrame into a materialised Ray Dataset of Arrow blocks.
 
     Block ``i`` holds Spark partition ``i``, rows in partition order, so reading the blocks in
-    order gives the rows in the order ``df.collect()`` would. The snapshot is cached in Spark
+    order gives the rows in the order ``df.collect()`` would; a partition above about 64 MiB is
+    split into ranges of consecutive rows first. The snapshot is cached in Spark
     (memory and disk) until ``release_dataframe(df)`` or the end of the Spark session; a lost
     block is rebuilt from that cache, so replays see the same rows even if ``df`` is not
     deterministic.
@@ -61,10 +67,35 @@ def dataframe_to_dataset(df: DataFrame) -> Dataset:
     """
     from raydp.spark import spark_dataframe_to_ray_dataset
 
+    source = _bounded_partitions(df)
+    if source is not df:
+        _split_inputs[df] = source
     with warnings.catch_warnings():
         # RayDP reads DataFrame.sql_ctx, which PySpark 3.5 deprecates on every access.
         warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx", category=UserWarning)
-        return spark_dataframe_to_ray_dataset(df)
+        return spark_dataframe_to_ray_dataset(source)
+
+
+def _bounded_partitions(df: DataFrame) -> DataFrame:
+    """``df`` with partitions of at most about ``_MAX_INPUT_PARTITION_BYTES``, rows in order.
+
+    RayDP's executors hand a partition to Ray as one byte array on their heap: a partition of a
+    few hundred MiB fails a 1g executor with an OutOfMemoryError. Larger partitions (by Spark's
+    size estimate) are split into ranges of consecutive rows, which keeps the order.
+    """
+    from pyspark.sql import functions as F
+
+    try:
+        size = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - no estimate: leave the partitions as they are
+        return df
+    partitions = df.rdd.getNumPartitions()
+    wanted = -(-size // _MAX_INPUT_PARTITION_BYTES)
+    if size >= 2**62 or wanted <= partitions:  # Long.MaxValue: Spark does not know
+        return df
+    row = "__actorflow_row__"
+    return (df.withColumn(row, F.monotonically_increasing_id())
+            .repartitionByRange(wanted, row).sortWithinPartitions(row).drop(row))
 
 
 def release_dataframe(df: DataFrame) -> None:
@@ -85,7 +116,7 @@ def release_dataframe(df: DataFrame) -> None:
         return  # the session stopped, and freed everything with it
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx", category=UserWarning)
-        release_spark_recoverable(df)
+        release_spark_recoverable(_split_inputs.pop(df, df))
 
 
 def dataset_block_refs(ds: Dataset) -> list[tuple[ray.ObjectRef, int]]:

@@ -217,3 +217,22 @@ def test_on_spark_cluster_refuses_a_session_that_already_runs_on_ray(spark):
     with pytest.raises(SparkSessionError, match=r"already runs on Ray \(spark_session\(\)\)"):
         on_spark_cluster(spark)
     assert ray.is_initialized()  # the shared Ray was left as it was
+
+
+def test_a_partition_too_large_for_one_block_is_split_into_ordered_ranges(spark, monkeypatch):
+    from spark_bridge import enrich
+
+    # 64 KiB instead of 64 MiB: the same split, on a DataFrame a test can afford.
+    monkeypatch.setattr(arrow_io, "_MAX_INPUT_PARTITION_BYTES", 64 * 1024)
+    df = spark.range(0, 20_000, 1, 1).selectExpr("id", "repeat('p', 50) AS payload")
+    blocks = dataset_block_refs(dataframe_to_dataset(df))
+    arrow_io.release_dataframe(df)
+    assert len(blocks) > 5 and sum(n for _, n in blocks) == 20_000
+    ids = [i for ref, _ in blocks for i in ray.get(ref).column("id").to_pylist()]
+    assert ids == list(range(20_000))  # consecutive ranges, in order
+
+    async def plus_one(row):
+        return {"x": row["id"] + 1}
+
+    out = enrich(df, plus_one, parallelism=2, progress=False, checkpoint_interval_ms=None)
+    assert [(r.id, r.x) for r in out.collect()] == [(i, i + 1) for i in range(20_000)]
