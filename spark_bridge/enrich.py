@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
@@ -112,15 +113,22 @@ def enrich(
             capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
             name="enrich", queue_capacity=queue_capacity,
         )
+    else:
+        if batch_timeout_ms is not None:
+            raise ConfigurationError(
+                f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
+        stream = stream.async_map(
+            wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
+            fallback=fallback_fn, on_error=on_error, name="enrich",
+            queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
+        )
+    try:
         return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
-    if batch_timeout_ms is not None:
-        raise ConfigurationError(f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
-    stream = stream.async_map(
-        wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-        fallback=fallback_fn, on_error=on_error, name="enrich",
-        queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
-    )
-    return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
+    finally:
+        # The input's snapshot goes with the stream, whose structures hold some of its block
+        # references in reference cycles: only a collection frees those.
+        del stream
+        gc.collect()
 
 
 async def enrich_async(
