@@ -15,6 +15,7 @@ import ray
 from pyspark.sql import SparkSession
 
 from spark_bridge import enrich, on_spark_cluster
+from spark_bridge.spark_cluster import WORKER_RESOURCE
 from spark_bridge.session import JVM_OPTIONS
 
 ROWS = 3_000
@@ -54,7 +55,9 @@ def main(master: str, ray_temp: str) -> None:
     with on_spark_cluster(spark, max_worker_nodes=1, ray_temp_root_dir=ray_temp,
                           object_store_memory_worker_node=256 << 20, object_store_memory_head_node=256 << 20) as cluster:
         nodes = [n for n in ray.nodes() if n["Alive"]]
-        head = ray.get_runtime_context().get_node_id()
+        # The driver may attach to any raylet on its IP, so nodes are told apart by what they offer.
+        head = [n["NodeID"] for n in nodes if "node:__internal_head__" in n["Resources"]]
+        spark_workers = [n["NodeID"] for n in nodes if WORKER_RESOURCE in n["Resources"]]
         out = enrich(df, score, parallelism=2, progress=False)
         got = [row.asDict() for row in out.collect()]
         types = {f.name: f.dataType.simpleString() for f in out.schema.fields}
@@ -69,7 +72,8 @@ def main(master: str, ray_temp: str) -> None:
         "input_types": {f.name: f.dataType.simpleString() for f in df.schema.fields},
         "output_types": types,
         "ray_nodes": len(nodes),
-        "driver_node": head,
+        "head_nodes": head,
+        "spark_worker_nodes": spark_workers,
         "row_nodes": sorted({g["ray_node"] for g in got}),
         "ray_after_shutdown": ray.is_initialized(),
         "staging_left": os.path.exists(staging),

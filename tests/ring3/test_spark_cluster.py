@@ -121,9 +121,11 @@ def test_enrich_on_a_standalone_spark_cluster_row_for_row(standalone_spark):
     assert seen["output_types"]["score"] == "bigint"
     assert seen["input_types"]["ts_ntz"] == "timestamp_ntz" and seen["input_types"]["attrs"] == "map<string,int>"
     # Ray ran on the Spark cluster: a head beside the driver and a worker node in an executor,
-    # and the job's actors ran on that worker node.
+    # and the job's actors ran on that worker node, never on the head.
     assert seen["ray_nodes"] == 2
-    assert seen["row_nodes"] and seen["driver_node"] not in seen["row_nodes"]
+    assert len(seen["head_nodes"]) == 1 and len(seen["spark_worker_nodes"]) == 1
+    assert seen["head_nodes"] != seen["spark_worker_nodes"]
+    assert seen["row_nodes"] == seen["spark_worker_nodes"]
     # shutdown() disconnected, deleted the staging files and left Spark running.
     assert seen["ray_after_shutdown"] is False
     assert seen["staging_left"] is False
