@@ -273,15 +273,18 @@ def _write_part(block: bytes, path: str) -> None:
         pq.write_table(reader.read_all(), path)
 
 
+# The hand-off tasks run on the worker nodes too: the head gives Ray no CPUs
+# (``num_cpus_head_node=0``), so it keeps no idle worker processes, and a task there would wait
+# for a new process each time (about 0.9 s here, against 0.08 s on a worker node).
 @functools.cache
 def _remote_read_part() -> Any:
     import ray
 
-    return ray.remote(num_cpus=0, num_returns=2)(_read_part)
+    return ray.remote(num_cpus=0, num_returns=2, resources={WORKER_RESOURCE: 1})(_read_part)
 
 
 @functools.cache
 def _remote_write_part() -> Any:
     import ray
 
-    return ray.remote(num_cpus=0)(_write_part)
+    return ray.remote(num_cpus=0, resources={WORKER_RESOURCE: 1})(_write_part)
