@@ -41,7 +41,7 @@ def test_enrich_in_blocking_batches_gives_fallbacks_and_dead_letters_per_row(spa
     def segments(rows):
         ids = {r["click_id"] for r in rows}
         if 1_000 in ids:
-            time.sleep(40)  # this batch hangs past its deadline
+            time.sleep(60)  # this batch hangs past its deadline
         if 2_000 in ids:
             raise LookupError("the batch with click 2000 failed")
         return [{"segment": "service"} for _ in rows]
@@ -49,7 +49,7 @@ def test_enrich_in_blocking_batches_gives_fallbacks_and_dead_letters_per_row(spa
     df = _clicks(spark, 3_000)
     out, dead = enrich(
         # The deadline leaves room for Ray to start the task workers on a loaded machine.
-        df, segments, batch_size=50, capacity=3, parallelism=1, timeout_ms=10_000,
+        df, segments, batch_size=50, capacity=3, parallelism=1, timeout_ms=15_000,
         fallback={"segment": "fallback"}, on_error="dead_letter", progress=False,
     )
     rows = out.collect()
