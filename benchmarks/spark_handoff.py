@@ -22,10 +22,12 @@ import json
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import ray
+
+from actors.arrow_rows import ipc_bytes
 
 NAMESPACE = "actorflow-benchmarks"
 ECHO = "spark-handoff-echo"
@@ -44,16 +46,13 @@ class Echo:
     """Gives back what it gets: the work of the pipeline in between is left out on purpose."""
 
     def table_as_ipc(self, table: pa.Table) -> bytes:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return sink.getvalue().to_pybytes()
+        return ipc_bytes([table])  # what a job's output blocks are
 
     def batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         return batch
 
 
-def _echo_through_ray(address: str) -> "callable":
+def _echo_through_ray(address: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def handoff(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import logging
 
@@ -73,7 +72,7 @@ def _echo_through_ray(address: str) -> "callable":
     return handoff
 
 
-def _timed(action: "callable") -> float:
+def _timed(action: Callable[[], None]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
