@@ -98,6 +98,13 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
     _prepare_process_environment()
     if ray.is_initialized():
         return
+    # The thread that echoes the workers' logs imports these on the first batch of lines; a
+    # main thread importing Ray's State API at that moment (actorflow status) shares part of their
+    # import chain, and two threads in one chain can meet a half-initialised module ("cannot import
+    # name 'DictCount' ... partially initialized module"). Imported here, before that thread starts.
+    import ray._private.event.event_logger  # noqa: F401
+    import ray.autoscaler.v2.utils  # noqa: F401
+
     ray.init(
         # "local": a new local Ray even where `ray start` left the address of a cluster (perhaps
         # one long gone) in /tmp/ray, which a bare ray.init() would try to join.

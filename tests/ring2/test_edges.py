@@ -41,20 +41,22 @@ def test_a_slow_call_in_a_blocking_batch_times_out_alone(ray_session):
 
 def test_a_hung_blocking_call_frees_its_task_slot_after_the_timeout(ray_session):
     # One task slot (max_tasks=1), and the first task's only call hangs: the rows behind it must
-    # still run once that call has timed out, instead of waiting for the hung thread.
+    # still run once that call has timed out, instead of waiting for the hung thread. The hung
+    # call keeps its worker process busy, so the next task starts a new one, and that start counts
+    # toward the next row's deadline: 8 s leaves room for it on a loaded machine.
     def lookup(row):
-        time.sleep(30.0 if row["user"] == 0 else 0.001)
+        time.sleep(90.0 if row["user"] == 0 else 0.001)
         return [row]
 
     start = time.monotonic()
     table = (
         from_arrow([pa.table({"user": list(range(20))})], parallelism=1, batch_size=1, job_name="blocking-hung")
-        .async_map(lookup, capacity=1, max_tasks=1, timeout_ms=500, fallback=lambda row: [{**row, "user": -1}])
+        .async_map(lookup, capacity=1, max_tasks=1, timeout_ms=8_000, fallback=lambda row: [{**row, "user": -1}])
         .execute(progress=False)
         .to_arrow()
     )
     assert table.column("user").to_pylist() == [-1] + list(range(1, 20))
-    assert time.monotonic() - start < 25  # well before the hung call would have returned
+    assert time.monotonic() - start < 60  # well before the hung call would have returned
 
 
 

@@ -18,9 +18,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture()
-def ray_head(tmp_path):
-    """A one-node Ray cluster of its own, beside the test session's; its address."""
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """A one-node Ray cluster of its own, beside the test session's, shared by this module's tests; its address."""
+    tmp_path = tmp_path_factory.mktemp("ray-head")
     bin_dir = os.path.dirname(sys.executable)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
     env.pop("RAY_ADDRESS", None)
@@ -91,9 +92,8 @@ def test_status_shows_a_running_job_of_a_cluster_without_a_dashboard(ray_head):
         assert sorted(rows) == ["slow-users/slow[0/1]"], shown.stdout
         for state, records_in, records_out, *rest in rows.values():
             assert state == "ALIVE" and int(records_in) >= int(records_out) >= 0
-        out, err = job.communicate(timeout=300)
-        assert job.returncode == 0, err[-3000:]
-        assert "2,400 records in, 2,400 records out" in out
     finally:
-        if job.poll() is None:
-            job.kill()
+        # A job run to its end from a separate driver is the test above; this one has seen what it
+        # needed. The driver's exit takes its actors with it.
+        job.kill()
+        job.wait(60)
