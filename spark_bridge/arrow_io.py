@@ -1,8 +1,8 @@
 """Move data between Spark DataFrames and Arrow blocks in Ray's object store, keeping row order.
 
-Source direction: ``dataframe_to_dataset`` snapshots a DataFrame into a Ray Dataset with one
-Arrow block per Spark partition, and ``dataset_block_refs`` lists those blocks with their row
-counts, which is what a replayable source needs for its (block, row) positions.
+Source direction: ``dataframe_to_blocks`` snapshots a DataFrame into Arrow blocks in Ray's
+object store, one per Spark partition, with their row counts, which is what a replayable source
+needs for its (block, row) positions.
 
 Sink direction: ``tables_to_dataframe`` turns Arrow tables (or references to them) back into a
 DataFrame that Spark's executors read straight from the object store, in the JVM, without
@@ -12,7 +12,6 @@ Python workers.
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
 
@@ -24,11 +23,9 @@ from operators.errors import SchemaError
 if TYPE_CHECKING:
     import ray
     from pyspark.sql import DataFrame, SparkSession
-    from ray.data import Dataset
 
 __all__ = [
-    "dataframe_to_dataset",
-    "dataset_block_refs",
+    "dataframe_to_blocks",
     "ipc_blocks_to_dataframe",
     "release_dataframe",
     "spark_arrow_schema",
@@ -45,35 +42,94 @@ TablesOrRefs = Union[Sequence[pa.Table], Sequence["ray.ObjectRef"]]
 
 # An input partition above this (by Spark's estimate) is split before it goes to Ray.
 _MAX_INPUT_PARTITION_BYTES = 64 * 1024 * 1024
-# The split DataFrame that stands for a user's DataFrame, for release_dataframe().
-_split_inputs: dict[Any, Any] = {}
+# The Spark RDDs that cache the snapshots of each user's DataFrame, for release_dataframe().
+_snapshots: dict[Any, list[int]] = {}
 
 
-def dataframe_to_dataset(df: DataFrame) -> Dataset:
-    """Snapshot a Spark DataFrame into a materialised Ray Dataset of Arrow blocks.
+def dataframe_to_blocks(df: DataFrame) -> list[tuple[ray.ObjectRef, int]]:
+    """Snapshot a Spark DataFrame into Arrow blocks in Ray's object store: ``(block, rows)`` each.
 
     Block ``i`` holds Spark partition ``i``, rows in partition order, so reading the blocks in
     order gives the rows in the order ``df.collect()`` would; a partition above about 64 MiB is
-    split into ranges of consecutive rows first. The snapshot is cached in Spark
-    (memory and disk) until ``release_dataframe(df)`` or the end of the Spark session; a lost
-    block is rebuilt from that cache, so replays see the same rows even if ``df`` is not
-    deterministic.
+    split into ranges of consecutive rows first. The snapshot is cached in Spark (memory and
+    disk, as Arrow) until ``release_dataframe(df)`` or the end of the Spark session; a lost block
+    is rebuilt from that cache by Ray's lineage, so replays see the same rows even if ``df`` is
+    not deterministic.
+
+    Spark caches the partitions through RayDP's JVM side; a few Ray tasks (``_fetch_tasks``) then
+    fetch them from the executors, each a contiguous run of partitions, one block a partition.
+    One task a partition, as RayDP does, starts a Python worker for each on a small machine, and
+    that start costs far more than the fetch.
 
     Example::
 
         spark = spark_session()
-        ds = dataframe_to_dataset(spark.range(1000))
-        ds.count()                   # 1000
+        blocks = dataframe_to_blocks(spark.range(1000).repartition(2))
+        [n for _, n in blocks]       # [500, 500]
     """
-    from raydp.spark import spark_dataframe_to_ray_dataset
+    import ray
+    from pyspark import StorageLevel
 
     source = _bounded_partitions(df)
-    if source is not df:
-        _split_inputs[df] = source
-    with warnings.catch_warnings():
-        # RayDP reads DataFrame.sql_ctx, which PySpark 3.5 deprecates on every access.
-        warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx", category=UserWarning)
-        return spark_dataframe_to_ray_dataset(source)
+    context = df.sparkSession.sparkContext
+    writer = context._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter
+    info = writer.prepareRecoverableRDD(source._jdf, context._getJavaStorageLevel(StorageLevel.MEMORY_AND_DISK))
+    _snapshots.setdefault(df, []).append(info.rddId())
+    partitions = info.numPartitions()
+    if partitions == 0:
+        return []
+    executors = [f"raydp-executor-{location}" for location in info.locations()]
+    blocks: list[ray.ObjectRef] = []
+    counts: list[ray.ObjectRef] = []
+    for group in _fetch_groups(partitions):
+        refs = _fetch_task().options(num_returns=2 * len(group)).remote(
+            [executors[i] for i in group], info.rddId(), group, info.schemaJson(), info.driverAgentUrl())
+        blocks.extend(refs[: len(group)])
+        counts.extend(refs[len(group):])
+    return list(zip(blocks, ray.get(counts)))
+
+
+#: Partitions that one fetch task reads: half of them each, so that two tasks (two Python workers,
+#: usually idle ones kept by Ray) do the work, and at most this many, so that a task holds at most
+#: a few hundred MiB at once.
+_MAX_PARTITIONS_PER_FETCH = 8
+
+
+def _fetch_groups(partitions: int) -> list[list[int]]:
+    """Contiguous runs of partitions, one a fetch task.
+
+    >>> _fetch_groups(5), len(_fetch_groups(40))
+    ([[0, 1, 2], [3, 4]], 5)
+    """
+    size = min(_MAX_PARTITIONS_PER_FETCH, -(-partitions // 2))
+    return [list(range(start, min(start + size, partitions))) for start in range(0, partitions, size)]
+
+
+def _fetch_partitions(
+    executors: list[str], rdd_id: int, partitions: list[int], schema_json: str, driver_agent_url: str
+) -> tuple[Any, ...]:
+    # A Ray task: the cached Arrow bytes of each partition, from the JVM executor that holds it
+    # (a cross-language actor call), as tables; then their row counts. All calls leave at once.
+    import ray
+    from raydp.spark.dataset import _enable_load_code_from_local
+
+    _enable_load_code_from_local()
+    pending = [ray.get_actor(name).getRDDPartition.remote(rdd_id, partition, schema_json, driver_agent_url)
+               for name, partition in zip(executors, partitions)]
+    tables = []
+    for ref in pending:
+        # Spark's writer attaches schema metadata that the blocks must not carry.
+        tables.append(pa.ipc.open_stream(pa.BufferReader(ray.get(ref))).read_all().replace_schema_metadata())
+    return (*tables, *[table.num_rows for table in tables])
+
+
+@functools.cache
+def _fetch_task() -> Any:
+    import ray
+
+    # No CPU reserved: Spark's executors may hold every CPU. Retried, so that Ray can rebuild a
+    # lost block from Spark's cache.
+    return ray.remote(num_cpus=0, max_retries=5)(_fetch_partitions)
 
 
 def _bounded_partitions(df: DataFrame) -> DataFrame:
@@ -99,52 +155,23 @@ def _bounded_partitions(df: DataFrame) -> DataFrame:
 
 
 def release_dataframe(df: DataFrame) -> None:
-    """Free the Spark-side snapshot that ``dataframe_to_dataset(df)`` cached.
+    """Free the Spark-side snapshot that ``dataframe_to_blocks(df)`` cached.
 
     Call it once no reader needs to rebuild the blocks; afterwards a lost block cannot be
     recovered. Unknown DataFrames are ignored.
 
     Example::
 
-        ds = dataframe_to_dataset(df)
-        rows = ds.count()
+        blocks = dataframe_to_blocks(df)
+        rows = sum(n for _, n in blocks)
         release_dataframe(df)
     """
-    from raydp.spark import release_spark_recoverable
-
-    if getattr(df.sparkSession.sparkContext, "_jsc", None) is None:
+    rdd_ids = _snapshots.pop(df, [])
+    context = df.sparkSession.sparkContext
+    if getattr(context, "_jsc", None) is None:
         return  # the session stopped, and freed everything with it
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"DataFrame\.sql_ctx", category=UserWarning)
-        release_spark_recoverable(_split_inputs.pop(df, df))
-
-
-def dataset_block_refs(ds: Dataset) -> list[tuple[ray.ObjectRef, int]]:
-    """Return ``(block_ref, num_rows)`` for every block of ``ds``, in dataset order.
-
-    The counts come from block metadata, so no block is fetched. A dataset that is not
-    materialised yet is materialised first, with Ray Data told to preserve order.
-
-    Example::
-
-        ds = dataframe_to_dataset(spark.range(10).repartition(2))
-        [n for _, n in dataset_block_refs(ds)]    # [5, 5]
-    """
-    from ray.data.dataset import MaterializedDataset
-
-    if not isinstance(ds, MaterializedDataset):
-        # Streaming execution emits blocks as they finish unless told otherwise.
-        ds.context.execution_options.preserve_order = True
-        ds = ds.materialize()
-    blocks: list[tuple[ray.ObjectRef, int]] = []
-    for bundle in ds.iter_internal_ref_bundles():
-        for ref, metadata in bundle.blocks:
-            if metadata.num_rows is None:
-                raise SchemaError(
-                    f"block {ref} must carry its row count in its metadata, got none"
-                )
-            blocks.append((ref, metadata.num_rows))
-    return blocks
+    for rdd_id in rdd_ids:
+        context._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter.releaseRecoverableRDD(rdd_id)
 
 
 def spark_schema(schema: pa.Schema) -> Any:

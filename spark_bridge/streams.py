@@ -22,12 +22,7 @@ from operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
 from operators.errors import ConfigurationError, SchemaError
 
-from .arrow_io import (
-    dataframe_to_dataset,
-    dataset_block_refs,
-    release_dataframe,
-    tables_to_dataframe,
-)
+from .arrow_io import dataframe_to_blocks, release_dataframe, tables_to_dataframe
 from .session import check_dataframe, ensure_ray
 from .spark_cluster import active_cluster, write_input
 
@@ -284,9 +279,9 @@ def from_spark(
             if not snapshot:
                 snapshot.append(write_input(cluster, df, input_schema))
             return snapshot[0]
-        snapshot.append(dataframe_to_dataset(df))
-        blocks = dataset_block_refs(snapshot[0])
-        return [b for b, _ in blocks], [n for _, n in blocks]
+        if not snapshot:
+            snapshot.append(dataframe_to_blocks(df))
+        return [b for b, _ in snapshot[0]], [n for _, n in snapshot[0]]
 
     stream.graph.source.loader = load
     if cluster is None:

@@ -11,8 +11,7 @@ import ray
 from operators.errors import SchemaError
 from spark_bridge import arrow_io
 from spark_bridge.arrow_io import (
-    dataframe_to_dataset,
-    dataset_block_refs,
+    dataframe_to_blocks,
     release_dataframe,
     spark_schema,
     tables_to_dataframe,
@@ -55,8 +54,7 @@ def source_df(spark):
 
 @pytest.fixture(scope="module")
 def source_blocks(source_df):
-    ds = dataframe_to_dataset(source_df)
-    yield dataset_block_refs(ds)
+    yield dataframe_to_blocks(source_df)
     release_dataframe(source_df)
 
 
@@ -173,7 +171,7 @@ def test_empty_result_has_the_given_schema(spark, make_input):
 @pytest.mark.spark
 def test_empty_dataframe_round_trips_to_an_empty_dataframe(spark, source_df):
     empty = source_df.where("k < 0")
-    blocks = dataset_block_refs(dataframe_to_dataset(empty))
+    blocks = dataframe_to_blocks(empty)
     assert sum(count for _, count in blocks) == 0
     schema = _RESULT_SCHEMA
     result = tables_to_dataframe(spark, [ref for ref, _ in blocks], schema)
@@ -225,7 +223,7 @@ def test_a_partition_too_large_for_one_block_is_split_into_ordered_ranges(spark,
     # 64 KiB instead of 64 MiB: the same split, on a DataFrame a test can afford.
     monkeypatch.setattr(arrow_io, "_MAX_INPUT_PARTITION_BYTES", 64 * 1024)
     df = spark.range(0, 20_000, 1, 1).selectExpr("id", "repeat('p', 50) AS payload")
-    blocks = dataset_block_refs(dataframe_to_dataset(df))
+    blocks = dataframe_to_blocks(df)
     arrow_io.release_dataframe(df)
     assert len(blocks) > 5 and sum(n for _, n in blocks) == 20_000
     ids = [i for ref, _ in blocks for i in ray.get(ref).column("id").to_pylist()]
