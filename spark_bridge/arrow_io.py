@@ -72,7 +72,7 @@ def dataframe_to_blocks(df: DataFrame) -> list[tuple[ray.ObjectRef, int]]:
 
     source = _bounded_partitions(df)
     context = df.sparkSession.sparkContext
-    writer = context._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter
+    writer = _object_store_writer(context)
     info = writer.prepareRecoverableRDD(source._jdf, context._getJavaStorageLevel(StorageLevel.MEMORY_AND_DISK))
     _snapshots.setdefault(df, []).append(info.rddId())
     partitions = info.numPartitions()
@@ -171,7 +171,12 @@ def release_dataframe(df: DataFrame) -> None:
     if getattr(context, "_jsc", None) is None:
         return  # the session stopped, and freed everything with it
     for rdd_id in rdd_ids:
-        context._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter.releaseRecoverableRDD(rdd_id)
+        _object_store_writer(context).releaseRecoverableRDD(rdd_id)
+
+
+def _object_store_writer(context: Any) -> Any:
+    # RayDP's JVM side: it caches a DataFrame's partitions as Arrow and serves them to Ray.
+    return context._jvm.org.apache.spark.sql.raydp.ObjectStoreWriter
 
 
 def spark_schema(schema: pa.Schema) -> Any:
