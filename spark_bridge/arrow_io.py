@@ -56,7 +56,7 @@ def dataframe_to_blocks(df: DataFrame) -> list[tuple[ray.ObjectRef, int]]:
     is rebuilt from that cache by Ray's lineage, so replays see the same rows even if ``df`` is
     not deterministic.
 
-    Spark caches the partitions through RayDP's JVM side; a few Ray tasks (``_fetch_tasks``) then
+    Spark caches the partitions through RayDP's JVM side; a few Ray tasks (``_fetch_groups``) then
     fetch them from the executors, each a contiguous run of partitions, one block a partition.
     One task a partition, as RayDP does, starts a Python worker for each on a small machine, and
     that start costs far more than the fetch.
