@@ -275,13 +275,13 @@ def from_spark(
     def load() -> tuple[list[Any], list[int]]:
         # Called once, when the first job starts: its actors start while Spark converts. The
         # snapshot is then kept with the source, so every later run reads the same rows.
-        if cluster is not None:
-            if not snapshot:
-                snapshot.append(write_input(cluster, df, input_schema))
-            return snapshot[0]
         if not snapshot:
-            snapshot.append(dataframe_to_blocks(df))
-        return [b for b, _ in snapshot[0]], [n for _, n in snapshot[0]]
+            if cluster is not None:
+                snapshot.append(write_input(cluster, df, input_schema))
+            else:
+                blocks = dataframe_to_blocks(df)
+                snapshot.append(([b for b, _ in blocks], [n for _, n in blocks]))
+        return snapshot[0]
 
     stream.graph.source.loader = load
     if cluster is None:
