@@ -31,6 +31,7 @@ from operators.retry import RetryStrategy
 from .job import CheckpointConfig, JobResult, run_job
 from .job_graph import JobGraph, OperatorNode, SourceNode
 from .windowed import KeyedStream
+from .warm_workers import prestart_workers
 
 __all__ = ["DataStream", "from_arrow", "from_blocks"]
 
@@ -216,11 +217,13 @@ class DataStream:
         A checkpoint not complete after ``checkpoint_timeout_ms`` is aborted.
         """
         self._check_ray()
-        return run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress,
-                       side_tags=("dead_letter", *self._graph.side_tags),
-                       checkpoint=CheckpointConfig(
-                           checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
-                           resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
+        result = run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress,
+                         side_tags=("dead_letter", *self._graph.side_tags),
+                         checkpoint=CheckpointConfig(
+                             checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
+                             resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
+        prestart_workers(len(result.figures))  # for the next job's actors, one per actor of this one
+        return result
 
     async def execute_async(self, **options: Any) -> JobResult:
         """``execute()`` for code that already runs an event loop (a notebook's, a server's).

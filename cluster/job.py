@@ -31,6 +31,7 @@ from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode
 from .job_report import job_html, job_text
+from .warm_workers import actors_started
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
@@ -344,6 +345,7 @@ class _Attempt:
                 connects.append(handle.connect.remote(first, i))
                 self.sources.append(handle)
             self.handles.extend(self.sources)
+        actors_started(len(self.handles))
         ray.get(connects)
         if self.stream_output:
             for actor in self.stage_actors[-1]:

@@ -18,6 +18,7 @@ from actors.source_actor import event_time_ms
 from cluster.datastream import DataStream, check_event_time_settings
 from cluster.job import CheckpointConfig, JobResult, run_job
 from cluster.job_graph import JobGraph, SourceNode
+from cluster.warm_workers import prestart_workers
 from operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
 from operators.errors import ConfigurationError, SchemaError
@@ -125,14 +126,15 @@ class SparkDataStream(DataStream):
                 f"{dropped} late records were dropped by windows without a late-data side output; "
                 "call side_output_late_data(tag) on the window to keep them", stacklevel=2,
             )
-        if not dead_letters:
-            letters = result.side_outputs.get(DEAD_LETTER, [])
-            if letters:
-                raise ConfigurationError(
-                    f"{len(letters)} records went to dead letters; call to_spark(dead_letters=True) to get them"
-                )
-            return out
-        return out, dead_letters_to_dataframe(self._spark, result.side_outputs.get(DEAD_LETTER, []), self._input_schema)
+        letters = result.side_outputs.get(DEAD_LETTER, [])
+        if not dead_letters and letters:
+            raise ConfigurationError(
+                f"{len(letters)} records went to dead letters; call to_spark(dead_letters=True) to get them"
+            )
+        letters_df = dead_letters_to_dataframe(self._spark, letters, self._input_schema) if dead_letters else None
+        # Spark has the output now: the processes for the next job's actors start off this job's path.
+        prestart_workers(len(result.figures))
+        return out if letters_df is None else (out, letters_df)
 
     async def to_spark_async(self, output_schema: Any = None, **options: Any) -> "DataFrame | tuple[DataFrame, DataFrame]":
         """``to_spark()`` for code that already runs an event loop (a notebook's).
