@@ -60,6 +60,8 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
     if resume_from is not None:
         _check_job_directory(resume_from)
         settings["resume_from"] = resume_from
+    if not callable(found):
+        _as_stream(target, found)  # a value that is no pipeline fails here, before Ray starts
     _connect(address)
     stream = _as_stream(target, found)
     from operators.errors import JobFailedError
@@ -185,6 +187,8 @@ def chaos(target: str, kills: int, every: str, first: str | None, interval: str,
     every_s, first_s = _duration_s(every), _duration_s(first) if first is not None else None
     interval_ms = max(10, int(_duration_s(interval) * 1000))
     found = _find_pipeline(target)
+    if not callable(found):
+        _as_stream(target, found)  # a value that is no pipeline fails here, before Ray starts
     _connect(address)
     stream = _as_stream(target, found)
     if stream.job_name is None:

@@ -72,11 +72,13 @@ def test_status_shows_every_instance_of_a_running_job(ray_session):
     assert fields[1] == "ALIVE" and int(fields[2]) > 0 and int(fields[4]) <= 2  # records in; in flight <= capacity
 
 
-def test_chaos_kills_a_pipelines_actors_and_reports_an_exact_output():
+def test_chaos_kills_a_pipelines_actors_and_reports_an_exact_output(ray_session):
     import json
 
+    import ray
+
     done = _actorflow("chaos", "--kills", "2", "--every", "1s", "--checkpoint-interval", "300ms",
-                      "examples.pipelines:steady_users", timeout=300)
+                      "--address", ray.get_runtime_context().gcs_address, "examples.pipelines:steady_users", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "lost 0, duplicated 0, unexpected 0  (exact)" in done.stdout
     summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -117,8 +119,10 @@ def test_status_shows_the_last_checkpoint_and_the_restarts_of_a_recovered_job(ra
     assert fields[1] == "ALIVE" and int(fields[-2]) >= 2 and fields[-1] == "1"  # a checkpoint id; one restart
 
 
-def test_run_with_a_checkpoint_directory_runs_the_job_to_its_end(tmp_path):
+def test_run_with_a_checkpoint_directory_runs_the_job_to_its_end_on_a_running_ray(ray_session, tmp_path):
+    import ray
+
     done = _actorflow("run", "examples.pipelines:tagged_users", "--no-progress", "--checkpoint-dir", str(tmp_path),
-                      "--checkpoint-interval", "100ms")
+                      "--checkpoint-interval", "100ms", "--address", ray.get_runtime_context().gcs_address)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "job 'tagged-users', 2,000 records in, 2,000 records out" in done.stdout
