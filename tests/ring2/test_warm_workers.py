@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from ray.util.state import list_actors, list_workers
 
-from cluster import from_arrow
+from cluster import from_arrow, warm_workers
 from tests.ring2.waiting import poll
 
 pytestmark = pytest.mark.ray
@@ -22,25 +22,44 @@ def _run(job_name):
         _same, name="echo").execute(progress=False)
 
 
-def _idle_worker_pids():
-    """Pids of live Python worker processes that host no live actor."""
+def _worker_pids():
+    """Pids of live Python worker processes."""
     workers = list_workers(filters=[("worker_type", "=", "WORKER"), ("is_alive", "=", True)], detail=True,
-                           raise_on_missing_output=False)
-    hosts = {a.pid for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True, raise_on_missing_output=False)}
-    return {w.pid for w in workers} - hosts
+                           limit=10_000)
+    return {w.pid for w in workers}
 
 
-def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray_session):
+def _idle_worker_pids():
+    """Pids of live Python worker processes that host no live actor (idle, or kept by Ray for tasks)."""
+    hosts = {a.pid for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=10_000)}
+    return _worker_pids() - hosts
+
+
+def _actors(job):
+    # By name: an unfiltered listing stops at 100 actors, and a long test session has more.
+    return [a for i in range(2) for a in list_actors(filters=[("name", "=", f"{job}/echo[{i}/2]")], detail=True)]
+
+
+def _started_since(known, at_least):
+    fresh = _idle_worker_pids() - known
+    return fresh if len(fresh) >= at_least else None
+
+
+def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray_session, monkeypatch):
+    # As in a new driver: no workers asked for yet (earlier tests' jobs may have left some waiting).
+    monkeypatch.setattr(warm_workers, "_waiting", {})
+    known = _worker_pids()
     first = _run("warm-first")
     assert first.output_rows == 200
-    # Ray starts the processes in the background; wait until both are up and idle.
-    idle = poll(lambda: (lambda pids: pids if len(pids) >= 2 else None)(_idle_worker_pids()), timeout_s=60)
+    known |= {a.pid for a in _actors("warm-first")}  # gone, or on their way out
+    # Ray starts the processes in the background: wait until both are up, idle.
+    poll(lambda: _started_since(known, 2), timeout_s=60)
+    idle = _idle_worker_pids()
 
     second = _run("warm-second")
 
     assert second.output_rows == 200
-    actors = [a for a in list_actors(detail=True, raise_on_missing_output=False)
-              if a.name.startswith("warm-second/echo[")]
+    actors = _actors("warm-second")
     assert len(actors) == 2
     # Each actor ran in a process that existed, idle, before its job began: none waited for a new one.
     assert {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
