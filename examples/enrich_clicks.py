@@ -80,7 +80,7 @@ def windows(enriched: Any, parallelism: int) -> None:
         .side_output_late_data("late")
         .aggregate(Aggregations(clicks=Count(), lifetime_value=Sum("lifetime_value")))
     )
-    counts = counts_stream.to_spark().cache()
+    counts = counts_stream.to_spark()  # cached in Spark already, like every to_spark() result
     late = counts_stream.get_side_output("late")
     sessions = (
         from_spark(enriched, timestamp_column="ts", out_of_orderness_ms=5_000, parallelism=parallelism,
@@ -89,7 +89,6 @@ def windows(enriched: Any, parallelism: int) -> None:
         .window(EventTimeSessionWindows.with_gap(30 * 60_000))
         .aggregate(Aggregations(clicks=Count(), pages=Max("page")))
         .to_spark()
-        .cache()
     )
     n_windows, n_sessions, n_late = counts.count(), sessions.count(), late.count()
     elapsed = time.perf_counter() - started
@@ -137,7 +136,6 @@ def main(rows: int, users: int, capacity: int, parallelism: int, timeout_ms: int
             on_error="dead_letter",
             job_name="enrich-clicks",
         )
-        enriched.cache()
         n_enriched = enriched.count()
         n_dead = dead.count()
         elapsed = time.perf_counter() - started
