@@ -17,9 +17,7 @@ and actors start as Ray starts them.
 
 from __future__ import annotations
 
-import functools
 import logging
-from typing import Any
 
 import ray
 
@@ -29,8 +27,8 @@ _log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 600
 
-# Per Ray job of this driver: workers asked for that no actor has taken yet, as far
-# as this process knows. The raylet starts as many as it is asked for, so requests ask for the rest.
+# Per Ray job of this driver: workers asked for that no actor has taken yet, as far as this
+# process knows. The raylet starts as many as it is asked for, so requests ask for the rest.
 _waiting: dict[str, int] = {}
 
 
@@ -49,21 +47,25 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
             return False
         if ray.get_runtime_context().runtime_env:
             return False  # workers of a job-level runtime env would not match these
-        stub = _raylet()
-        if stub is None:
+        address = _raylet_address()
+        if address is None:
             return False
-        from ray.core.generated import common_pb2, node_manager_pb2, runtime_environment_pb2
+        import grpc
+        from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc, runtime_environment_pb2
 
-        stub.PrestartWorkers(
-            node_manager_pb2.PrestartWorkersRequest(
-                language=common_pb2.PYTHON,
-                job_id=bytes.fromhex(job_id),
-                runtime_env_info=runtime_environment_pb2.RuntimeEnvInfo(serialized_runtime_env="{}"),
-                keep_alive_duration_secs=keep_alive_s,
-                num_workers=wanted,
-            ),
-            timeout=2,
-        )
+        # A channel per request, closed at once: one left open until the raylet stops at exit
+        # makes gRPC log a GOAWAY line on the user's console.
+        with grpc.insecure_channel(address) as channel:
+            node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(
+                node_manager_pb2.PrestartWorkersRequest(
+                    language=common_pb2.PYTHON,
+                    job_id=bytes.fromhex(job_id),
+                    runtime_env_info=runtime_environment_pb2.RuntimeEnvInfo(serialized_runtime_env="{}"),
+                    keep_alive_duration_secs=keep_alive_s,
+                    num_workers=wanted,
+                ),
+                timeout=2,
+            )
         _waiting[_job_key()] = count
         return True
     except Exception as error:  # noqa: BLE001 - an optimisation: the next job starts its processes itself
@@ -84,20 +86,10 @@ def _job_key() -> str:
     return f"{context.gcs_address}/{context.get_job_id()}"
 
 
-@functools.lru_cache(maxsize=4)
-def _raylet_for(address: str) -> Any:
-    import grpc
-    from ray.core.generated import node_manager_pb2_grpc
-
-    return node_manager_pb2_grpc.NodeManagerServiceStub(grpc.insecure_channel(address))
-
-
-def _raylet() -> Any:
-    """The node manager service of this process's node, or None (Ray Client has no local node)."""
+def _raylet_address() -> str | None:
+    """The address of this process's raylet, or None (Ray Client has no local node)."""
     if ray.util.client.ray.is_connected():
         return None
     node_id = ray.get_runtime_context().get_node_id()
     node = next((n for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]), None)
-    if node is None:
-        return None
-    return _raylet_for(f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}")
+    return None if node is None else f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
