@@ -60,8 +60,6 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
     if resume_from is not None:
         _check_job_directory(resume_from)
         settings["resume_from"] = resume_from
-    if not callable(found):
-        _as_stream(target, found)  # a value that is no pipeline fails here, before Ray starts
     _connect(address)
     stream = _as_stream(target, found)
     from operators.errors import JobFailedError
@@ -187,8 +185,6 @@ def chaos(target: str, kills: int, every: str, first: str | None, interval: str,
     every_s, first_s = _duration_s(every), _duration_s(first) if first is not None else None
     interval_ms = max(10, int(_duration_s(interval) * 1000))
     found = _find_pipeline(target)
-    if not callable(found):
-        _as_stream(target, found)  # a value that is no pipeline fails here, before Ray starts
     _connect(address)
     stream = _as_stream(target, found)
     if stream.job_name is None:
@@ -268,10 +264,13 @@ def _find_pipeline(target: str) -> Any:
         raise _Usage(f"cannot import {module_name!r}: {error}; run from the directory that holds it, "
                      "or install it") from error
     try:
-        return getattr(module, attribute)
+        found = getattr(module, attribute)
     except AttributeError as error:
         names = sorted(getattr(module, "__all__", None) or (n for n in vars(module) if not n.startswith("_")))
         raise _Usage(f"module {module_name!r} has no {attribute!r}; it has {names}") from error
+    if not callable(found):
+        _as_stream(target, found)  # a value that is no pipeline fails here, before Ray starts
+    return found
 
 
 def _as_stream(target: str, obj: Any) -> Any:
