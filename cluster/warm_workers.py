@@ -41,11 +41,12 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
     if count <= 0 or not ray.is_initialized():
         return False
     try:
-        job_id = ray.get_runtime_context().get_job_id()
-        wanted = count - _waiting.get(_job_key(), 0)
+        context = ray.get_runtime_context()
+        key = _job_key()
+        wanted = count - _waiting.get(key, 0)
         if wanted <= 0:
             return False
-        if ray.get_runtime_context().runtime_env:
+        if context.runtime_env:
             return False  # workers of a job-level runtime env would not match these
         address = _raylet_address()
         if address is None:
@@ -59,14 +60,14 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
             node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(
                 node_manager_pb2.PrestartWorkersRequest(
                     language=common_pb2.PYTHON,
-                    job_id=bytes.fromhex(job_id),
+                    job_id=bytes.fromhex(context.get_job_id()),
                     runtime_env_info=runtime_environment_pb2.RuntimeEnvInfo(serialized_runtime_env="{}"),
                     keep_alive_duration_secs=keep_alive_s,
                     num_workers=wanted,
                 ),
                 timeout=2,
             )
-        _waiting[_job_key()] = count
+        _waiting[key] = count
         return True
     except Exception as error:  # noqa: BLE001 - an optimisation: the next job starts its processes itself
         _log.debug("prestarting %d Ray workers failed: %s", count, error)
