@@ -31,7 +31,6 @@ from typing import Any, Callable, Protocol, Sequence
 from .async_function import ResultFuture
 from .errors import RecordError, describe_value
 from .operator import OperatorContext, OperatorMetrics
-from .request_keys import call_in_request
 from .retry import RetryStrategy
 from .timers import TimerHandle
 
@@ -68,7 +67,7 @@ def copy_input(value: Any, timestamp_ms: int | None) -> Any:
     """
     if type(value) in _IMMUTABLE_TYPES:
         return value
-    if type(value) is dict and all(type(v) in _IMMUTABLE_SCALARS for v in value.values()):
+    if type(value) is dict and _IMMUTABLE_SCALARS.issuperset(map(type, value.values())):
         return dict(value)  # keys are hashable, so immutable in practice; the values are
     try:
         return copy.deepcopy(value)
@@ -157,14 +156,16 @@ class AttemptHandler:
 
     # --------------------------------------------------------------------- driving
 
-    def start(self, retry_in_ms: int | None = None) -> None:
+    def start(self, retry_in_ms: int | None = None, now: int | None = None) -> None:
         """Run the first attempt; a restored element resumes where its snapshot left it.
 
         ``retry_in_ms``: the element was waiting for a retry; it waits the rest of its backoff
         (``self.attempt`` is the attempt that runs then). A restored element whose deadline has
-        already passed gets its timeout, not a fresh attempt.
+        already passed gets its timeout, not a fresh attempt. ``now``: the processing time, if
+        the caller has just read it.
         """
-        now = self.op.context.processing_time.now_ms()
+        if now is None:
+            now = self.op.context.processing_time.now_ms()
         if self.deadline_ms is not None:
             if self.deadline_ms <= now:
                 self.time_out()
@@ -193,7 +194,7 @@ class AttemptHandler:
 
         self.future = future = self.new_future(deliver)
         try:
-            call_in_request(future.idempotency_key, future.idempotency_keys, self.call_function, inputs, future)
+            future.call_in_request(self.call_function, inputs, future)
         except Exception as error:  # the user's invoke raised before starting a request
             future.complete_exceptionally(error)
 
@@ -272,7 +273,7 @@ class AttemptHandler:
             return
         future = self.new_future(deliver)
         try:
-            call_in_request(future.idempotency_key, future.idempotency_keys, self.call_timeout, inputs, future)
+            future.call_in_request(self.call_timeout, inputs, future)
         except Exception as error:
             future.complete_exceptionally(error)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Sequence
 
-from .async_function import ResultFuture
+from .async_function import ResultFuture, errors_only
 from .errors import AsyncTimeoutError, ConfigurationError, describe_value
 
 __all__ = ["AsyncBatchFunction", "CoroutineBatchFunction", "FallbackOnBatchTimeout", "as_async_batch_function"]
@@ -78,14 +78,10 @@ class CoroutineBatchFunction(AsyncBatchFunction):
             self._owner.open(context)
 
     def async_invoke_batch(self, values: list[Any], result_future: ResultFuture) -> None:
-        coro = self.fn(values, result_future) if self._takes_future else self.fn(values)
-
-        def on_done(result: Any, error: BaseException | None) -> None:
-            if error is not None:
-                result_future.complete_exceptionally(error)
-            elif not self._takes_future:
-                result_future.complete(result)
-
+        if self._takes_future:
+            coro, on_done = self.fn(values, result_future), errors_only(result_future)
+        else:
+            coro, on_done = self.fn(values), result_future.settle
         result_future.add_cancel_hook(self._runner.submit(coro, on_done))
 
     def timeout_batch(self, values: list[Any], result_future: ResultFuture) -> None:

@@ -16,6 +16,7 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from .errors import AsyncTimeoutError, ConfigurationError, ResultTypeError, describe_value
+from .request_keys import call_in_request
 
 __all__ = [
     "AsyncFunction",
@@ -84,7 +85,22 @@ class ResultFuture:
         if self._claim():
             self._deliver(None, error)
 
-    def add_cancel_hook(self, hook: Callable[[], None]) -> None:
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        """``complete_exceptionally(error)`` if there is an error, else ``complete(result)``.
+
+        The shape of a coroutine runner's ``on_done``, so that a coroutine can report to its
+        future directly.
+        """
+        if error is not None:
+            self.complete_exceptionally(error)
+        else:
+            self.complete(result)
+
+    def call_in_request(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` with this future's idempotency key (or keys) as the current request's."""
+        return call_in_request(self._idempotency_key, self._idempotency_keys, fn, *args)
+
+    def add_cancel_hook(self, hook: Callable[[], Any]) -> None:
         """Called when the operator abandons this attempt (its deadline passed)."""
         if self._cancel_hooks is None:
             self._cancel_hooks = []
@@ -149,14 +165,7 @@ class CoroutineFunction(AsyncFunction):
         self._runner = runner
 
     def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
-        def on_done(result: Any, error: BaseException | None) -> None:
-            if error is not None:
-                result_future.complete_exceptionally(error)
-            else:
-                result_future.complete(result)
-
-        cancel = self._runner.submit(self.fn(value), on_done)
-        result_future.add_cancel_hook(cancel)
+        result_future.add_cancel_hook(self._runner.submit(self.fn(value), result_future.settle))
 
 
 class FallbackOnTimeout(AsyncFunction):
@@ -238,13 +247,17 @@ class AwaitedAsyncFunction(AsyncFunction):
         self.inner.close()
 
     def _await(self, coro: Any, result_future: ResultFuture, *, completes: bool) -> None:
-        def on_done(result: Any, error: BaseException | None) -> None:
-            if error is not None:
-                result_future.complete_exceptionally(error)
-            elif completes:
-                result_future.complete(result)
+        result_future.add_cancel_hook(self._runner.submit(coro, result_future.settle if completes else errors_only(result_future)))
 
-        result_future.add_cancel_hook(self._runner.submit(coro, on_done))
+
+def errors_only(result_future: ResultFuture) -> Callable[[Any, BaseException | None], None]:
+    """An ``on_done`` for a coroutine that completes its future itself: only what it raises counts."""
+
+    def on_done(result: Any, error: BaseException | None) -> None:
+        if error is not None:
+            result_future.complete_exceptionally(error)
+
+    return on_done
 
 
 def _takes_future(method: Callable[..., Any], what: str) -> bool:

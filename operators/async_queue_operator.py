@@ -166,9 +166,10 @@ class AsyncQueueOperator(StreamOperator):
         """Start the record of ``pending`` (with its attempt, deadline and key); False if no room."""
         raise NotImplementedError
 
-    def _deadline(self, remaining_ms: int | None) -> int | None:
+    def _deadline(self, remaining_ms: int | None, now: int | None = None) -> int | None:
         """A restored element keeps what was left of its deadline; a new one gets a full one."""
-        now = self.context.processing_time.now_ms()
+        if now is None:
+            now = self.context.processing_time.now_ms()
         if remaining_ms is not None:
             return now + remaining_ms
         return None if self.timeout_ms is None else now + self.timeout_ms

@@ -163,12 +163,13 @@ class AsyncWaitOperator(AsyncQueueOperator):
             return False
         record, key = pending.element, pending.key
         assert isinstance(record, Record) and key is not None  # a record always has its key
-        entry = RecordEntry(record, key, self.context.processing_time.now_ms())
+        now = self.context.processing_time.now_ms()
+        entry = RecordEntry(record, key, now)
         if not self.queue.try_put(entry):
             return False
         self._requests += 1
-        entry.handler = _ElementHandler(self, entry, pending.attempt, self._deadline(pending.remaining_ms))
-        entry.handler.start(pending.retry_in_ms)
+        entry.handler = _ElementHandler(self, entry, pending.attempt, self._deadline(pending.remaining_ms, now))
+        entry.handler.start(pending.retry_in_ms, now)
         return True
 
     def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:

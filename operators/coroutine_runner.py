@@ -20,16 +20,12 @@ class AsyncioCoroutineRunner:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
-    def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]:
+    def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], Any]:
+        """Run ``coro``; ``on_done(result, error)`` gets its outcome. Returns what cancels it."""
         # Reporting from inside the task saves the loop round of a done-callback per request.
         # The task copies the current context (eagerly started or not), so the coroutine keeps
         # the idempotency key of the request that submitted it while other requests run.
-        task = self._loop.create_task(_report(coro, on_done))
-
-        def cancel() -> None:
-            task.cancel()
-
-        return cancel
+        return self._loop.create_task(_report(coro, on_done)).cancel
 
 
 async def _report(coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> None:

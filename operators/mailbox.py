@@ -38,7 +38,7 @@ MAX_PRIORITY = 2**31 - 1
 _T = TypeVar("_T")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Mail:
     """An action to run on the mailbox thread.
 
@@ -97,6 +97,7 @@ class TaskMailbox:
         # The batch is touched by the mailbox thread only, so it needs no lock.
         self._batch: deque[Mail] = deque()
         self._state = MailboxState.OPEN
+        self._sleepers = 0  # threads waiting in take(): only they need a notify
         self._thread_id = threading.get_ident()
         self._listeners: list[Callable[[], None]] = []
 
@@ -111,7 +112,8 @@ class TaskMailbox:
         with self._lock:
             self._check_put_state()
             self._queue.append(mail)
-            self._not_empty.notify_all()
+            if self._sleepers:
+                self._not_empty.notify_all()
         self._notify_listeners()
 
     def put_if_open(self, mail: Mail) -> bool:
@@ -125,7 +127,8 @@ class TaskMailbox:
             if self._state is not MailboxState.OPEN:
                 return False
             self._queue.append(mail)
-            self._not_empty.notify_all()
+            if self._sleepers:
+                self._not_empty.notify_all()
         self._notify_listeners()
         return True
 
@@ -228,7 +231,12 @@ class TaskMailbox:
                 mail = self._take_or_none(self._queue, priority, include_deferrable)
                 if mail is not None or self._state is MailboxState.CLOSED:
                     return mail
-                if not self._not_empty.wait(timeout_s) and timeout_s is not None:
+                self._sleepers += 1
+                try:
+                    woken = self._not_empty.wait(timeout_s)
+                finally:
+                    self._sleepers -= 1
+                if not woken and timeout_s is not None:
                     return self._take_or_none(self._queue, priority, include_deferrable)
 
     def create_batch(self) -> bool:

@@ -56,7 +56,7 @@ class CoroutineRunner(Protocol):
     key of its request (``current_request_key()``).
     """
 
-    def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], None]: ...
+    def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], Any]: ...
 
 
 @dataclass
@@ -282,7 +282,10 @@ class OperatorChain:
         self.head.process_watermark_status(status)
 
     def is_blocked(self) -> bool:
-        return any(op.is_blocked() for op in self.operators)
+        for op in self.operators:  # asked once per record: no generator
+            if op.is_blocked():
+                return True
+        return False
 
     def end_input(self) -> None:
         self._ending = True

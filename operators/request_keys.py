@@ -37,16 +37,20 @@ __all__ = ["call_in_request", "current_request_key", "current_request_keys", "re
 
 T = TypeVar("T")
 
-# The request being served. A task (and so a coroutine on the runner) copies the context it was
-# created in, so a request's coroutine keeps its key while other requests run on the same loop.
-_request_key: ContextVar[str | None] = ContextVar("actorflow_request_key", default=None)
-_request_keys: ContextVar[tuple[str, ...] | None] = ContextVar("actorflow_request_keys", default=None)
+# The request being served: ``(key, keys)``, a record's key or a batch's keys. A task (and so a
+# coroutine on the runner) copies the context it was created in, so a request's coroutine keeps
+# its key while other requests run on the same loop. One variable, so that a request sets one.
+_request: ContextVar[tuple[str | None, tuple[str, ...] | None]] = ContextVar(
+    "actorflow_request", default=(None, None))
 
 
 def request_key(prefix: str, origin: tuple[Any, ...] | None, sequence: int) -> str:
     """The idempotency key of a record: from its ``origin``, or else from its ``sequence`` number."""
     if origin is None:
         return f"{prefix}/#{sequence}"
+    if len(origin) == 3:  # (split, piece, row): a source's records, the common case
+        split, piece, row = origin
+        return f"{prefix}/{split}.{piece}.{row}"
     return f"{prefix}/{'.'.join(map(str, origin))}"
 
 
@@ -62,7 +66,7 @@ def current_request_key() -> str | None:
     >>> h.process_element("u1", origin=(0, 7)); h.run_until_idle(); h.output_values()
     [('u1', 'clicks/enrich/0.7')]
     """
-    return _request_key.get()
+    return _request.get()[0]
 
 
 def current_request_keys() -> list[str] | None:
@@ -76,7 +80,7 @@ def current_request_keys() -> list[str] | None:
     >>> h.output_values()
     [('a', 'p/0'), ('b', 'p/1')]
     """
-    keys = _request_keys.get()
+    keys = _request.get()[1]
     return None if keys is None else list(keys)
 
 
@@ -86,10 +90,8 @@ def call_in_request(key: str | None, keys: Sequence[str] | None, fn: Callable[..
     What ``fn`` starts in the current context (tasks, coroutines) keeps them; they are reset when
     ``fn`` returns, so they never leak into the next request served on this thread.
     """
-    key_token = _request_key.set(key)
-    keys_token = _request_keys.set(None if keys is None else tuple(keys))
+    token = _request.set((key, None if keys is None else tuple(keys)))
     try:
         return fn(*args)
     finally:
-        _request_keys.reset(keys_token)
-        _request_key.reset(key_token)
+        _request.reset(token)
