@@ -16,6 +16,7 @@ row, raised at the batch where it first shows.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, Iterator, NamedTuple, Sequence
 
 import pyarrow as pa
@@ -79,10 +80,62 @@ def table_to_rows(batch: RowBatch) -> Iterator[tuple[Any, int | None]]:
     timestamps: Sequence[int | None]
     timestamps = batch.timestamps.to_pylist() if batch.timestamps is not None else [None] * table.num_rows
     if is_bare(table):
-        values: list[Any] = table.column(0).to_pylist()
+        values: list[Any] = column_values(table.column(0))
     else:
-        values = table.to_pylist()
+        names = table.column_names
+        # A name given twice keeps its last column, as Table.to_pylist() does.
+        values = [dict(zip(names, row)) for row in zip(*(column_values(c) for c in table.columns))]
     return zip(values, timestamps)
+
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+_EPOCH_DATE = datetime.date(1970, 1, 1)
+_MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """``column.to_pylist()``, faster for timestamps and dates.
+
+    pyarrow builds each ``datetime`` through a time-zone lookup (about 3.7 µs a value for a UTC
+    timestamp here, 0.7 µs for a date); timedelta arithmetic gives the same values, time zones
+    and folds in about 0.5 µs. Nanosecond timestamps, values out of ``datetime``'s range and
+    every other type are pyarrow's own.
+    """
+    kind = column.type
+    try:
+        if pa.types.is_timestamp(kind) and kind.unit in _MICROS:
+            return _timestamps(column, kind)
+        if pa.types.is_date32(kind):
+            return _dates(column)
+    except (OverflowError, ValueError):
+        pass  # out of datetime's range: pyarrow raises its own error, or converts its own way
+    return column.to_pylist()
+
+
+def _timestamps(column: pa.Array | pa.ChunkedArray, kind: pa.TimestampType) -> list[Any]:
+    ticks = column.cast(pa.int64()).to_pylist()
+    scale = _MICROS[kind.unit]
+    delta = datetime.timedelta
+    if kind.tz is None:
+        epoch = _EPOCH
+        if not column.null_count:
+            return [epoch + delta(microseconds=t * scale) for t in ticks]
+        return [None if t is None else epoch + delta(microseconds=t * scale) for t in ticks]
+    # The zone as pyarrow gives it; a UTC time moves into it as datetime.astimezone() does.
+    zone = pa.scalar(0, kind).as_py().tzinfo
+    utc_in_zone = _EPOCH.replace(tzinfo=zone)
+    from_utc = zone.fromutc
+    if not column.null_count:
+        return [from_utc(utc_in_zone + delta(microseconds=t * scale)) for t in ticks]
+    return [None if t is None else from_utc(utc_in_zone + delta(microseconds=t * scale)) for t in ticks]
+
+
+def _dates(column: pa.Array | pa.ChunkedArray) -> list[Any]:
+    days = column.cast(pa.int32()).to_pylist()
+    epoch, delta = _EPOCH_DATE, datetime.timedelta
+    if not column.null_count:
+        return [epoch + delta(days=d) for d in days]
+    return [None if d is None else epoch + delta(days=d) for d in days]
 
 
 def rows_to_batch(

@@ -7,8 +7,10 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from actors.arrow_rows import RowBatch, SchemaTracker, conform_table, rows_to_batch, table_to_rows
+from actors.arrow_rows import RowBatch, SchemaTracker, column_values, conform_table, rows_to_batch, table_to_rows
 from operators import SchemaError
 
 UTC = dt.timezone.utc
@@ -152,3 +154,71 @@ def test_a_float_for_an_int_of_the_declared_output_schema_is_an_error_not_a_trun
     schema = pa.schema([("user", pa.int64())])
     with pytest.raises(SchemaError, match=r"row \{'user': 1\.5\} does not fit the output schema"):
         rows_to_batch([{"user": 1}, {"user": 1.5}], [None, None], schema)
+
+
+# -- column_values: pyarrow's own values, built faster ---------------------------------------------
+
+_ZONES = [None, "UTC", "Etc/UTC", "America/New_York", "Europe/London", "Asia/Kolkata", "+05:30", "-08:00"]
+# Around the epoch, the DST changes of 2023 (2023-03-12 and 2023-11-05 in New York), and near the
+# ends of datetime's range.
+_DST_FALL_BACK_NY_US = 1_699_162_200_000_000  # 2023-11-05 05:30 UTC = 01:30 EDT, then 01:30 EST
+
+
+def _same(got: list, want: list) -> bool:
+    return len(got) == len(want) and all(
+        (g is None and w is None)
+        or (type(g) is type(w) and g == w and repr(g) == repr(w) and getattr(g, "tzinfo", None) == getattr(w, "tzinfo", None))
+        for g, w in zip(got, want)
+    )
+
+
+def _assert_like_pyarrow(column: pa.Array | pa.ChunkedArray) -> None:
+    """column_values gives what to_pylist gives, or raises what it raises."""
+    try:
+        want = column.to_pylist()
+    except Exception as error:  # noqa: BLE001 - out of datetime's range, say
+        with pytest.raises(type(error)):
+            column_values(column)
+    else:
+        assert _same(column_values(column), want)
+
+
+@given(
+    ticks=st.lists(st.one_of(st.none(), st.integers(-10**11, 10**11), st.integers(-3 * 10**6, 3 * 10**6)), max_size=40),
+    zone=st.sampled_from(_ZONES),
+    unit=st.sampled_from(["s", "ms", "us"]),
+)
+@settings(max_examples=200, deadline=None)
+def test_timestamps_convert_to_exactly_what_pyarrow_gives(ticks, zone, unit):
+    scale = {"s": 1, "ms": 1_000, "us": 1_000_000}[unit]
+    around_dst = [_DST_FALL_BACK_NY_US * scale // 1_000_000 + t * scale for t in (-3600, -1, 0, 1, 1800, 3600)]
+    column = pa.array(ticks + around_dst, pa.timestamp(unit, tz=zone))
+    _assert_like_pyarrow(column)
+    _assert_like_pyarrow(pa.chunked_array([column.slice(0, 3), column.slice(3)], column.type))
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_timestamps_at_the_ends_of_the_range_behave_as_in_pyarrow(unit):
+    per_s = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[unit]
+    lo = int((dt.datetime(1, 1, 1) - dt.datetime(1970, 1, 1)).total_seconds()) * per_s
+    hi = int((dt.datetime(9999, 12, 31, 23, 59, 59) - dt.datetime(1970, 1, 1)).total_seconds()) * per_s
+    for values in ([lo, hi, None] if unit != "ns" else [0, 1_500, None], [lo - per_s * 86_400 * 400] if unit != "ns" else [2**62]):
+        for zone in (None, "UTC", "America/New_York"):
+            _assert_like_pyarrow(pa.array(values, pa.timestamp(unit, tz=zone)))
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(-719_162, 2_932_896)), max_size=40))
+@settings(max_examples=100, deadline=None)
+def test_dates_convert_to_exactly_what_pyarrow_gives(days):
+    _assert_like_pyarrow(pa.array(days, pa.date32()))
+
+
+def test_rows_of_a_table_are_what_to_pylist_gives_duplicate_names_included():
+    table = pa.table({
+        "id": [1, None], "ts": pa.array([1_700_000_000_123_456, None], pa.timestamp("us", tz="UTC")),
+        "day": pa.array([19_000, None], pa.date32()), "s": ["a", None],
+    })
+    doubled = pa.Table.from_arrays([table.column(0), table.column(3)], names=["x", "x"])
+    for t in (table, doubled):
+        got = [v for v, _ in table_to_rows(RowBatch(t, None))]
+        assert got == t.to_pylist() and _same([r.get("ts") for r in got], [r.get("ts") for r in t.to_pylist()])
