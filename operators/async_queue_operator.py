@@ -108,7 +108,10 @@ class AsyncQueueOperator(StreamOperator):
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
-        self._add(Pending(record, key=self._request_key(record)))
+        key = self._request_key(record)
+        # Behind an element that waits for room, everything waits: order is kept.
+        if self._waiting or not self._try_start_new(record, key):
+            self._waiting.append(Pending(record, key=key))
 
     def process_watermark(self, watermark: Watermark) -> None:
         self._add(Pending(watermark))
@@ -165,6 +168,10 @@ class AsyncQueueOperator(StreamOperator):
     def _try_start_record(self, pending: Pending) -> bool:
         """Start the record of ``pending`` (with its attempt, deadline and key); False if no room."""
         raise NotImplementedError
+
+    def _try_start_new(self, record: Record, key: str) -> bool:
+        """Start a record just taken in (first attempt, full deadline); False if no room."""
+        return self._try_start_record(Pending(record, key=key))
 
     def _deadline(self, remaining_ms: int | None, now: int | None = None) -> int | None:
         """A restored element keeps what was left of its deadline; a new one gets a full one."""

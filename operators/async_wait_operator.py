@@ -159,17 +159,23 @@ class AsyncWaitOperator(AsyncQueueOperator):
     # ------------------------------------------------------------------ internals
 
     def _try_start_record(self, pending: Pending) -> bool:
-        if self._requests >= self.capacity:
-            return False
         record, key = pending.element, pending.key
         assert isinstance(record, Record) and key is not None  # a record always has its key
+        return self._start(record, key, pending.attempt, pending.remaining_ms, pending.retry_in_ms)
+
+    def _try_start_new(self, record: Record, key: str) -> bool:
+        return self._start(record, key, 1, None, None)
+
+    def _start(self, record: Record, key: str, attempt: int, remaining_ms: int | None, retry_in_ms: int | None) -> bool:
+        if self._requests >= self.capacity:
+            return False
         now = self.context.processing_time.now_ms()
         entry = RecordEntry(record, key, now)
         if not self.queue.try_put(entry):
             return False
         self._requests += 1
-        entry.handler = _ElementHandler(self, entry, pending.attempt, self._deadline(pending.remaining_ms, now))
-        entry.handler.start(pending.retry_in_ms, now)
+        entry.handler = _ElementHandler(self, entry, attempt, self._deadline(remaining_ms, now))
+        entry.handler.start(retry_in_ms, now)
         return True
 
     def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:
