@@ -180,13 +180,16 @@ class SchemaTracker:
         # Every key of every row becomes a column: inferring columns from the first row alone
         # would silently drop the keys that only later rows have.
         keys: dict[str, None] = {}
+        seen: Any = None  # the key set of the last row that brought new keys
         for value in values:
             if not isinstance(value, dict):
                 raise SchemaError(
                     f"every record must be a dict of column values once the first is, got a {type(value).__name__}: "
                     f"{describe_value(value)}"
                 )
-            keys.update(dict.fromkeys(value))
+            if value.keys() != seen:  # rows mostly share their keys: compared in place, not copied
+                keys.update(dict.fromkeys(value))
+                seen = value.keys()
         columns = {name: self._column(name, [v.get(name) for v in values], values) for name in keys}
         return pa.table(columns)
 
