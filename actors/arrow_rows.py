@@ -37,8 +37,11 @@ class RowBatch(NamedTuple):
     """A batch on a channel: the user's columns, each row's event time (or None), and where each
     row came from (its *origin*, which makes its idempotency key; or None).
 
-    ``origins`` is either a list, one tuple per row, or a ``(split, piece, row)`` triple for rows
-    read in a row from one piece of the input: row ``i`` then came from ``(split, piece, row + i)``.
+    ``origins`` is a list, one tuple per row; or, for rows of one piece of the input, a
+    ``(split, piece, rows)`` triple: ``rows`` is an int, the first of a run of rows (row ``i`` came
+    from ``(split, piece, rows + i)``), or an int64 ``pyarrow.Array`` of each row's position in the
+    piece (rows picked out of it, as a key split picks them). Neither costs a Python object per row
+    until a record needs its origin.
     """
 
     table: pa.Table
@@ -53,18 +56,35 @@ class RowBatch(NamedTuple):
         ts = None if self.timestamps is None else self.timestamps.slice(offset, length)
         origins = self.origins
         if isinstance(origins, tuple):
-            split, piece, row = origins
-            origins = (split, piece, row + offset)
+            split, piece, rows = origins
+            origins = (split, piece, rows + offset if isinstance(rows, int) else rows.slice(offset, length))
         elif origins is not None:
             origins = origins[offset:offset + length]
         return RowBatch(self.table.slice(offset, length), ts, origins)
+
+    def filter(self, mask: pa.Array) -> "RowBatch":
+        """The rows where ``mask`` is true, with their event times and origins."""
+        ts = None if self.timestamps is None else self.timestamps.filter(mask)
+        origins = self.origins
+        if isinstance(origins, tuple):
+            split, piece, rows = origins
+            if isinstance(rows, int):
+                rows = pc.add(pc.indices_nonzero(mask).cast(pa.int64()), rows)
+            else:
+                rows = rows.filter(mask)
+            origins = (split, piece, rows)
+        elif origins is not None:
+            origins = [o for o, keep in zip(origins, mask.to_pylist()) if keep]
+        return RowBatch(self.table.filter(mask), ts, origins)
 
     def origin_list(self) -> list[Any] | None:
         """One origin per row, or None."""
         origins = self.origins
         if isinstance(origins, tuple):
-            split, piece, row = origins
-            return [(split, piece, row + i) for i in range(self.num_rows)]
+            split, piece, rows = origins
+            if isinstance(rows, int):
+                return [(split, piece, rows + i) for i in range(self.num_rows)]
+            return [(split, piece, row) for row in rows.to_pylist()]
         return origins
 
 

@@ -125,14 +125,7 @@ class KeyRouter:
     def split(self, batch: RowBatch, num_targets: int) -> list[RowBatch]:
         """``batch`` cut into one batch per target (some may be empty), each in input order."""
         targets = self._targets(batch, num_targets)
-        origins = batch.origin_list()
-        out = []
-        for t in range(num_targets):
-            mask = pc.equal(targets, t)
-            ts = None if batch.timestamps is None else batch.timestamps.filter(mask)
-            kept = None if origins is None else [o for o, m in zip(origins, mask.to_pylist()) if m]
-            out.append(RowBatch(batch.table.filter(mask), ts, kept))
-        return out
+        return [batch.filter(pc.equal(targets, t)) for t in range(num_targets)]
 
     def _targets(self, batch: RowBatch, n: int) -> pa.Array:
         table = batch.table

@@ -222,3 +222,19 @@ def test_rows_of_a_table_are_what_to_pylist_gives_duplicate_names_included():
     for t in (table, doubled):
         got = [v for v, _ in table_to_rows(RowBatch(t, None))]
         assert got == t.to_pylist() and _same([r.get("ts") for r in got], [r.get("ts") for r in t.to_pylist()])
+
+
+@pytest.mark.parametrize("origins", [(3, 7, 100), [("a", i) for i in range(6)], None])
+def test_filtering_and_slicing_keep_each_rows_origin(origins):
+    batch = RowBatch(pa.table({"k": [0, 1, 0, 1, 1, 0]}), pa.array([10, 11, 12, 13, 14, 15], pa.int64()), origins)
+    whole = batch.origin_list()
+    mask = pa.array([True, False, True, False, True, True])
+    picked = batch.filter(mask)
+    assert picked.table.column("k").to_pylist() == [0, 0, 1, 0] and picked.timestamps.to_pylist() == [10, 12, 14, 15]
+    want = None if whole is None else [o for o, m in zip(whole, mask.to_pylist()) if m]
+    assert picked.origin_list() == want
+    # Picked rows stay picked through a slice and a second filter, as a channel may cut them.
+    again = picked.slice(1, 3).filter(pa.array([True, False, True]))
+    assert again.origin_list() == (None if want is None else [want[1], want[3]])
+    if isinstance(origins, tuple):
+        assert isinstance(picked.origins[2], pa.Array)  # no Python object per row on the way
