@@ -196,7 +196,11 @@ def test_an_aborted_checkpoint_leaves_no_files_and_its_output_is_kept(ray_sessio
     result = stream.execute(progress=False, checkpoint_interval_ms=100, checkpoint_timeout_ms=1,
                             checkpoint_dir=str(tmp_path))
     assert result.checkpoints["aborted"] and not result.checkpoints["completed"], result.checkpoints
-    assert all("timeout" in reason for _, reason in result.checkpoints["aborted"])
+    reasons = [reason for _, reason in result.checkpoints["aborted"]]
+    # The last one may meet the end of the input (declined, or pending when the job ends) before
+    # its timeout is seen; every other one times out.
+    assert all("timeout" in reason for reason in reasons[:-1]), reasons
+    assert any(why in reasons[-1] for why in ("timeout", "its input has ended", "the job ended")), reasons
     assert compare_outputs(_expected_enriched(n), result.to_arrow(), key="click").exact
     job_dir = tmp_path / "chaos-aborts"
     assert not list(job_dir.glob("chk-*")), list(job_dir.iterdir())
