@@ -60,3 +60,19 @@ def test_enrich_leaves_nothing_in_ray_and_unpersist_frees_the_rest(spark):
     out.unpersist(blocking=True)
     assert not out.is_cached
     assert _persistent_rdds(spark) - rdds_before == set()
+
+
+def test_the_input_snapshot_is_released_when_enrich_returns_without_a_collection_of_ours(spark):
+    async def plus_one(row):
+        return {"x": row["id"] + 1}
+
+    df = spark.range(0, 5_000, 1, 2).selectExpr("id")
+    before = _persistent_rdds(spark)
+    gc.disable()  # what frees the snapshot must be enrich() itself, not the cyclic collector
+    try:
+        out = enrich(df, plus_one, parallelism=2, progress=False, checkpoint_interval_ms=None)
+        left = _persistent_rdds(spark) - before
+    finally:
+        gc.enable()
+    assert len(left) == 1, left  # the output's cache alone
+    out.unpersist(blocking=True)
