@@ -247,7 +247,8 @@ class AwaitedAsyncFunction(AsyncFunction):
         self.inner.close()
 
     def _await(self, coro: Any, result_future: ResultFuture, *, completes: bool) -> None:
-        result_future.add_cancel_hook(self._runner.submit(coro, result_future.settle if completes else errors_only(result_future)))
+        on_done = result_future.settle if completes else errors_only(result_future)
+        result_future.add_cancel_hook(self._runner.submit(coro, on_done))
 
 
 def errors_only(result_future: ResultFuture) -> Callable[[Any, BaseException | None], None]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import weakref
 import inspect
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 import pyarrow as pa
