@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Protocol
+from typing import Any, Callable, Hashable, NamedTuple, Protocol
 
 from .clock import Clock, ManualClock
 from .errors import ConfigurationError
@@ -191,8 +190,13 @@ def _run_timer(handle: TimerHandle, callback: Callable[[int], None]) -> None:
         callback(handle.timestamp_ms)
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Timer:
+class Timer(NamedTuple):
+    """A timer of ``TimerService``: a time, a key and a namespace (a window, say).
+
+    A named tuple: a window operator makes, hashes and compares one per window several times,
+    and a tuple does that in C.
+    """
+
     timestamp_ms: int
     key: Any = None
     namespace: Any = None
