@@ -225,6 +225,8 @@ def _add_partial(op: "WindowOperator", key: Any, window: TimeWindow, accs: list[
         op._contents[state_key] = agg.merge(existing, partial)  # type: ignore[union-attr]
         return
     op._contents[state_key] = partial
-    # What the event-time trigger's on_element does for a window still open, then the cleanup timer.
+    # What the event-time trigger's on_element does for a window still open, then the cleanup
+    # timer; without allowed lateness, that is the same timer.
     op._timers.register_event_time_timer(window.max_timestamp(), key, window)
-    op._register_cleanup_timer(key, window)
+    if op.allowed_lateness_ms:
+        op._register_cleanup_timer(key, window)

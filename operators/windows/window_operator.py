@@ -412,13 +412,15 @@ class WindowOperator(StreamOperator):
         ctx.key = key
         ctx.window = window
         self.trigger.clear(window, ctx)
-        self._trigger_state.pop((key, window), None)
+        if self._trigger_state:  # most triggers keep none
+            self._trigger_state.pop((key, window), None)
         if isinstance(self.process_fn, ProcessWindowFunction):
             pctx = self._ctx.process
             pctx.key = key
             pctx.window = window
             self.process_fn.clear(pctx)
-        self._window_state.pop((key, window), None)
+        if self._window_state:
+            self._window_state.pop((key, window), None)
         if merging is not None:
             merging.retire_window(window)
             if not merging.mapping:
