@@ -18,6 +18,7 @@ and actors start as Ray starts them.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import ray
 
@@ -42,7 +43,7 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
         return False
     try:
         context = ray.get_runtime_context()
-        key = _job_key()
+        key = _job_key(context)
         wanted = count - _waiting.get(key, 0)
         if wanted <= 0:
             return False
@@ -77,13 +78,12 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
 def actors_started(count: int) -> None:
     """Note that a job started ``count`` actors, which took that many waiting workers if any."""
     if ray.is_initialized():
-        key = _job_key()
+        key = _job_key(ray.get_runtime_context())
         _waiting[key] = max(0, _waiting.get(key, 0) - count)
 
 
-def _job_key() -> str:
+def _job_key(context: Any) -> str:
     # Job ids repeat across Ray clusters (each one's first driver is job 01000000).
-    context = ray.get_runtime_context()
     return f"{context.gcs_address}/{context.get_job_id()}"
 
 
