@@ -138,24 +138,17 @@ def _timestamps(column: pa.Array | pa.ChunkedArray, kind: pa.TimestampType) -> l
     delta = datetime.timedelta
     if kind.tz is None:
         epoch = _EPOCH
-        if not column.null_count:
-            return [epoch + delta(microseconds=t * scale) for t in ticks]
         return [None if t is None else epoch + delta(microseconds=t * scale) for t in ticks]
     # The zone as pyarrow gives it; a UTC time moves into it as datetime.astimezone() does.
     zone = pa.scalar(0, kind).as_py().tzinfo
     utc_in_zone = _EPOCH.replace(tzinfo=zone)
     from_utc = zone.fromutc
-    if not column.null_count:
-        return [from_utc(utc_in_zone + delta(microseconds=t * scale)) for t in ticks]
     return [None if t is None else from_utc(utc_in_zone + delta(microseconds=t * scale)) for t in ticks]
 
 
 def _dates(column: pa.Array | pa.ChunkedArray) -> list[Any]:
-    days = column.cast(pa.int32()).to_pylist()
     epoch, delta = _EPOCH_DATE, datetime.timedelta
-    if not column.null_count:
-        return [epoch + delta(days=d) for d in days]
-    return [None if d is None else epoch + delta(days=d) for d in days]
+    return [None if d is None else epoch + delta(days=d) for d in column.cast(pa.int32()).to_pylist()]
 
 
 def rows_to_batch(

@@ -109,7 +109,7 @@ class AsyncQueueOperator(StreamOperator):
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
         key = self._request_key(record)
-        # Behind an element that waits for room, everything waits: order is kept.
+        # As _add does, without a Pending for a record that starts at once.
         if self._waiting or not self._try_start_new(record, key):
             self._waiting.append(Pending(record, key=key))
 
