@@ -80,7 +80,7 @@ def windows(enriched: Any, parallelism: int) -> None:
         .side_output_late_data("late")
         .aggregate(Aggregations(clicks=Count(), lifetime_value=Sum("lifetime_value")))
     )
-    counts = counts_stream.to_spark()  # cached in Spark already, like every to_spark() result
+    counts = counts_stream.to_spark()  # persisted in Spark, like every to_spark() result
     late = counts_stream.get_side_output("late")
     sessions = (
         from_spark(enriched, timestamp_column="ts", out_of_orderness_ms=5_000, parallelism=parallelism,

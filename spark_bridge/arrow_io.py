@@ -12,6 +12,8 @@ Python workers.
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
 
@@ -28,6 +30,7 @@ __all__ = [
     "dataframe_to_blocks",
     "ipc_blocks_to_dataframe",
     "release_dataframe",
+    "release_outputs",
     "spark_arrow_schema",
     "spark_schema",
     "tables_to_dataframe",
@@ -212,8 +215,8 @@ def tables_to_dataframe(
     error, or with ``fill_missing`` gets it as nulls (one instance of a job may never have seen a
     key that another's rows had).
 
-    The DataFrame comes back cached in Spark, and nothing of it stays in Ray's object store
-    (see ``ipc_blocks_to_dataframe``).
+    The DataFrame comes back persisted in Spark; its first action reads the blocks into Spark's
+    cache, and then nothing of it stays in Ray's object store (see ``ipc_blocks_to_dataframe``).
 
     Example::
 
@@ -260,11 +263,14 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
     """A DataFrame over blocks of Arrow IPC bytes in Ray's object store, one partition each.
 
     Every block must already hold ``spark_arrow_schema(schema)``: ``tables_to_dataframe``
-    makes such blocks. The DataFrame is
-    cached in Spark (memory, then disk) before it is returned, and holds nothing in Ray's object
-    store: ``unpersist()`` frees it all. After that it cannot be computed again, since the blocks
-    were freed. A session outside Ray (``on_spark_cluster``) reads the blocks through Parquet
-    files in the cluster's staging directory instead.
+    makes such blocks. The DataFrame is persisted in Spark (memory, then disk), and its first
+    action reads the blocks into that cache, as part of the job the user runs anyway; reading
+    them here would cost a Spark job of its own. The blocks stay in Ray until every partition is
+    in the cache, or until the DataFrame is unpersisted, and at the latest until
+    ``release_outputs()`` (``stop_spark()`` calls it). After that
+    it cannot be computed again, since the blocks were freed. A session outside Ray
+    (``on_spark_cluster``) reads the blocks through Parquet files in the cluster's staging
+    directory instead.
     """
     import ray
     from pyspark import StorageLevel
@@ -284,11 +290,77 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
     core_worker = ray._private.worker.global_worker.core_worker  # type: ignore[attr-defined]
     locations = [core_worker.get_owner_address(ref) for ref in block_refs]
     # The executors read the blocks once, into Spark's cache; from then on the DataFrame needs
-    # nothing of Ray, and the blocks go with the last reference this process holds (the caller's).
-    # Handing them to RayDP's master instead would pin them until Spark stops.
+    # nothing of Ray. Handing the blocks to RayDP's master instead would pin them until Spark
+    # stops.
     df = _convert_by_rdd(spark, block_refs, locations, struct).persist(StorageLevel.MEMORY_AND_DISK)
-    df.count()
+    _held_outputs.hold(df, block_refs)
     return df
+
+
+class _HeldOutputs:
+    """The blocks of result DataFrames whose cache Spark has not filled yet.
+
+    A watcher thread, which runs while any are held, checks every ``POLL_S`` whether each
+    DataFrame's cache holds all its partitions, or whether it is no longer cached at all (an
+    ``unpersist()`` of it, or ``spark.catalog.clearCache()``); either way, its blocks go.
+    """
+
+    POLL_S = 0.2
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, tuple[Any, Any, Any, list[Any]]] = {}
+        self._next_key = 0
+        self._watcher: threading.Thread | None = None
+
+    def hold(self, df: DataFrame, refs: list[Any]) -> None:
+        manager = df.sparkSession._jsparkSession.sharedState().cacheManager()
+        builder = manager.lookupCachedData(df._jdf).get().cachedRepresentation().cacheBuilder()
+        with self._lock:
+            key = self._next_key
+            self._next_key += 1
+            self._held[key] = (manager, df._jdf, builder, refs)
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch, name="actorflow output blocks", daemon=True)
+                self._watcher.start()
+
+    def release(self, key: int) -> None:
+        with self._lock:
+            self._held.pop(key, None)
+
+    def release_all(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+    def held(self) -> int:
+        """How many DataFrames still hold blocks in Ray."""
+        with self._lock:
+            return len(self._held)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.POLL_S)
+            with self._lock:
+                if not self._held:
+                    self._watcher = None
+                    return
+                entries = list(self._held.items())
+            for key, (manager, jdf, builder, _) in entries:
+                try:
+                    done = builder.isCachedColumnBuffersLoaded() or manager.lookupCachedData(jdf).isEmpty()
+                except Exception:  # noqa: BLE001 - the Spark session stopped: nothing can read them now
+                    done = True
+                if done:
+                    self.release(key)
+
+
+_held_outputs = _HeldOutputs()
+
+
+def release_outputs() -> None:
+    """Free the Ray blocks of every result DataFrame whose cache is not filled yet; such a
+    DataFrame cannot be computed afterwards. ``stop_spark()`` calls it."""
+    _held_outputs.release_all()
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:

@@ -204,6 +204,10 @@ def stop_spark() -> None:
         import raydp
         from pyspark.sql import SparkSession
 
+        from .arrow_io import release_outputs
+
+        # Results whose cache Spark never filled cannot be read once it stops: their blocks go.
+        release_outputs()
         if not ray.is_initialized():
             # The executors and the master actor died with Ray; only the local JVM is left.
             active = SparkSession.getActiveSession()

@@ -116,7 +116,7 @@ class SparkDataStream(DataStream):
             tables = [t for t in ray.get(refs) if t is not None]
             target = target_schema([t.schema for t in tables], lambda: [t.slice(0, 1).to_pylist()[0] for t in tables])
             del tables
-        # Spark reads the output into its cache; then every block goes, so unpersist() frees it all.
+        # Spark reads the output into its cache at the first action; then every block goes.
         result.finished, result.tables = None, []
         out = tables_to_dataframe(self._spark, refs, target, fill_missing=True)
         del refs
@@ -132,7 +132,7 @@ class SparkDataStream(DataStream):
                 f"{len(letters)} records went to dead letters; call to_spark(dead_letters=True) to get them"
             )
         letters_df = dead_letters_to_dataframe(self._spark, letters, self._input_schema) if dead_letters else None
-        # Spark has the output now: the processes for the next job's actors start off this job's path.
+        # The job is over: the processes for the next job's actors start off its path.
         prestart_workers(len(result.figures))
         return out if letters_df is None else (out, letters_df)
 

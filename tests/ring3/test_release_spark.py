@@ -71,8 +71,43 @@ def test_the_input_snapshot_is_released_when_enrich_returns_without_a_collection
     gc.disable()  # what frees the snapshot must be enrich() itself, not the cyclic collector
     try:
         out = enrich(df, plus_one, parallelism=2, progress=False, checkpoint_interval_ms=None)
+        assert out.count() == 5_000  # the first action fills the output's cache
         left = _persistent_rdds(spark) - before
     finally:
         gc.enable()
     assert len(left) == 1, left  # the output's cache alone
     out.unpersist(blocking=True)
+
+
+def test_the_output_stays_in_ray_until_the_first_action_has_cached_it(spark):
+    async def plus_one(row):
+        return {"x": row["id"] + 1}
+
+    df = spark.range(0, ROWS, 1, 4).selectExpr("id", "repeat('p', 200) AS payload")
+    before = _settled_plasma_mib()
+    out = enrich(df, plus_one, parallelism=2, progress=False, checkpoint_interval_ms=None)
+    # No Spark job has read the result yet: its blocks (about 45 MiB) wait in Ray for the first one.
+    waiting = _settled_plasma_mib()
+    assert waiting >= before + 30, f"only {waiting - before} MiB of output in Ray before the first action"
+    assert out.filter("x = id + 1").count() == ROWS
+    after = _settled_plasma_mib(at_most=before + 2)
+    assert after <= before + 2, f"{after - before} MiB still pinned once Spark cached the result"
+    # Read from Spark's cache now, not from the freed blocks.
+    assert out.agg({"x": "sum"}).first()[0] == ROWS * (ROWS + 1) // 2
+    out.unpersist(blocking=True)
+
+
+def test_unpersist_before_any_action_frees_the_output_at_once(spark):
+    async def plus_one(row):
+        return {"x": row["id"] + 1}
+
+    df = spark.range(0, ROWS, 1, 4).selectExpr("id", "repeat('p', 200) AS payload")
+    before = _settled_plasma_mib()
+    out = enrich(df, plus_one, parallelism=2, progress=False, checkpoint_interval_ms=None)
+    assert _settled_plasma_mib() >= before + 30
+    out.unpersist(blocking=True)
+    # The blocks go within moments, not at the end of the session.
+    deadline = time.monotonic() + 5
+    while _plasma_mib() > before + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _plasma_mib() <= before + 2, f"{_plasma_mib() - before} MiB still pinned after unpersist()"
