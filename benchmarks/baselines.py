@@ -302,6 +302,7 @@ def _measure(
         finally:
             small.unpersist()
 
+    settled_s = _wait_for_idle_cpus()
     load_1m = os.getloadavg()[0]
     with _RssSampler() as rss:
         out, seconds, extra = run_once(df, profile, capacity, parallelism)
@@ -321,8 +322,25 @@ def _measure(
         rss,
         load_1m,
     )
+    result["settled_s"] = round(settled_s, 1)
     result.update(extra)
     return result
+
+
+def _wait_for_idle_cpus(busy_below_percent: float = 15.0, timeout_s: float = 20.0) -> float:
+    """Wait until the CPUs are less than ``busy_below_percent`` busy over half a second, for at
+    most ``timeout_s``; return the seconds waited.
+
+    What the run before left in motion (its processes exiting, the Python workers that Ray
+    starts for the next job, Ray and Spark cleaning up) would otherwise slow whichever system is
+    timed next, and the order of the systems would decide their figures.
+    """
+    import psutil
+
+    started = time.perf_counter()
+    while psutil.cpu_percent(interval=0.5) >= busy_below_percent and time.perf_counter() - started < timeout_s:
+        pass
+    return time.perf_counter() - started
 
 
 def _validate_args(capacity: int, parallelism: int) -> None:
