@@ -12,9 +12,10 @@ Python workers.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 import pyarrow as pa
@@ -35,6 +36,8 @@ __all__ = [
     "spark_schema",
     "tables_to_dataframe",
 ]
+
+_log = logging.getLogger(__name__)
 
 # A sink partition holds contiguous inputs up to about this size, so that thousands of small
 # batches do not become thousands of Spark tasks, and a huge result does not become one task
@@ -204,7 +207,8 @@ def spark_schema(schema: pa.Schema) -> Any:
 
 
 def tables_to_dataframe(
-    spark: SparkSession, tables: TablesOrRefs, schema: pa.Schema, *, fill_missing: bool = False
+    spark: SparkSession, tables: TablesOrRefs, schema: pa.Schema, *, fill_missing: bool = False,
+    on_read: Callable[[], Any] | None = None,
 ) -> DataFrame:
     """Build a Spark DataFrame from Arrow tables, or Ray references to Arrow tables.
 
@@ -216,7 +220,8 @@ def tables_to_dataframe(
     key that another's rows had).
 
     The DataFrame comes back persisted in Spark; its first action reads the blocks into Spark's
-    cache, and then nothing of it stays in Ray's object store (see ``ipc_blocks_to_dataframe``).
+    cache, and then nothing of it stays in Ray's object store (see ``ipc_blocks_to_dataframe``,
+    which calls ``on_read``).
 
     Example::
 
@@ -256,10 +261,13 @@ def tables_to_dataframe(
             + ", ".join(kinds)
         )
 
-    return ipc_blocks_to_dataframe(spark, schema, [ref for ref, count in zip(block_refs, counts) if count > 0])
+    return ipc_blocks_to_dataframe(spark, schema, [ref for ref, count in zip(block_refs, counts) if count > 0],
+                                   on_read=on_read)
 
 
-def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: list[ray.ObjectRef]) -> DataFrame:
+def ipc_blocks_to_dataframe(
+    spark: SparkSession, schema: pa.Schema, block_refs: list[ray.ObjectRef], *, on_read: Callable[[], Any] | None = None,
+) -> DataFrame:
     """A DataFrame over blocks of Arrow IPC bytes in Ray's object store, one partition each.
 
     Every block must already hold ``spark_arrow_schema(schema)``: ``tables_to_dataframe``
@@ -271,15 +279,20 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
     it cannot be computed again, since the blocks were freed. A session outside Ray
     (``on_spark_cluster``) reads the blocks through Parquet files in the cluster's staging
     directory instead.
+
+    ``on_read`` is called once Spark has read the blocks (or they were freed unread by an
+    ``unpersist()``), from a thread of its own; at once when there is nothing to read.
     """
     import ray
     from pyspark import StorageLevel
     from raydp.spark.dataset import _convert_by_rdd
 
     struct = spark_schema(schema)
-    if not block_refs:
-        return spark.createDataFrame([], struct)
-    if not (spark.sparkContext.master or "").startswith("ray://"):
+    if not block_refs or not (spark.sparkContext.master or "").startswith("ray://"):
+        if on_read is not None:
+            on_read()
+        if not block_refs:
+            return spark.createDataFrame([], struct)
         from .spark_cluster import read_output
 
         return read_output(spark, struct, block_refs)
@@ -293,7 +306,7 @@ def ipc_blocks_to_dataframe(spark: SparkSession, schema: pa.Schema, block_refs: 
     # nothing of Ray. Handing the blocks to RayDP's master instead would pin them until Spark
     # stops.
     df = _convert_by_rdd(spark, block_refs, locations, struct).persist(StorageLevel.MEMORY_AND_DISK)
-    _held_outputs.hold(df, block_refs)
+    _held_outputs.hold(df, block_refs, on_read)
     return df
 
 
@@ -309,24 +322,30 @@ class _HeldOutputs:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[int, tuple[Any, Any, Any, list[Any]]] = {}
+        self._held: dict[int, tuple[Any, Any, Any, list[Any], Callable[[], Any] | None]] = {}
         self._next_key = 0
         self._watcher: threading.Thread | None = None
 
-    def hold(self, df: DataFrame, refs: list[Any]) -> None:
+    def hold(self, df: DataFrame, refs: list[Any], on_read: Callable[[], Any] | None = None) -> None:
         manager = df.sparkSession._jsparkSession.sharedState().cacheManager()
         builder = manager.lookupCachedData(df._jdf).get().cachedRepresentation().cacheBuilder()
         with self._lock:
             key = self._next_key
             self._next_key += 1
-            self._held[key] = (manager, df._jdf, builder, refs)
+            self._held[key] = (manager, df._jdf, builder, refs, on_read)
             if self._watcher is None:
                 self._watcher = threading.Thread(target=self._watch, name="actorflow output blocks", daemon=True)
                 self._watcher.start()
 
     def release(self, key: int) -> None:
         with self._lock:
-            self._held.pop(key, None)
+            entry = self._held.pop(key, None)
+        on_read = entry[4] if entry is not None else None
+        if on_read is not None:
+            try:
+                on_read()
+            except Exception:  # noqa: BLE001 - a hook must not stop the watcher
+                _log.exception("a hook on a result read by Spark failed")
 
     def release_all(self) -> None:
         with self._lock:
@@ -345,7 +364,7 @@ class _HeldOutputs:
                     self._watcher = None
                     return
                 entries = list(self._held.items())
-            for key, (manager, jdf, builder, _) in entries:
+            for key, (manager, jdf, builder, _, _) in entries:
                 try:
                     done = builder.isCachedColumnBuffersLoaded() or manager.lookupCachedData(jdf).isEmpty()
                 except Exception:  # noqa: BLE001 - the Spark session stopped: nothing can read them now

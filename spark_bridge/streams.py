@@ -116,9 +116,12 @@ class SparkDataStream(DataStream):
             tables = [t for t in ray.get(refs) if t is not None]
             target = target_schema([t.schema for t in tables], lambda: [t.slice(0, 1).to_pylist()[0] for t in tables])
             del tables
-        # Spark reads the output into its cache at the first action; then every block goes.
+        # Spark reads the output into its cache at the first action; then every block goes. Only
+        # then do the processes for the next job's actors start: the action would share the CPU.
         result.finished, result.tables = None, []
-        out = tables_to_dataframe(self._spark, refs, target, fill_missing=True)
+        actors = len(result.figures)
+        out = tables_to_dataframe(self._spark, refs, target, fill_missing=True,
+                                  on_read=lambda: prestart_workers(actors))
         del refs
         dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
         if dropped:
@@ -132,8 +135,6 @@ class SparkDataStream(DataStream):
                 f"{len(letters)} records went to dead letters; call to_spark(dead_letters=True) to get them"
             )
         letters_df = dead_letters_to_dataframe(self._spark, letters, self._input_schema) if dead_letters else None
-        # The job is over: the processes for the next job's actors start off its path.
-        prestart_workers(len(result.figures))
         return out if letters_df is None else (out, letters_df)
 
     async def to_spark_async(self, output_schema: Any = None, **options: Any) -> "DataFrame | tuple[DataFrame, DataFrame]":

@@ -111,3 +111,34 @@ def test_unpersist_before_any_action_frees_the_output_at_once(spark):
     while _plasma_mib() > before + 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _plasma_mib() <= before + 2, f"{_plasma_mib() - before} MiB still pinned after unpersist()"
+
+
+def test_on_read_waits_for_the_first_action_that_reads_the_blocks(spark):
+    import threading
+
+    import pyarrow as pa
+
+    from spark_bridge.arrow_io import tables_to_dataframe
+
+    table = pa.table({"id": list(range(1_000))})
+    read = threading.Event()
+    df = tables_to_dataframe(spark, [table], table.schema, on_read=read.set)
+    # Nothing has read the blocks yet: well past the watcher's polls, the hook has not run.
+    assert not read.wait(1.0)
+    assert df.count() == 1_000
+    assert read.wait(10.0)
+    df.unpersist()
+
+
+def test_on_read_runs_at_once_when_there_is_nothing_to_read(spark):
+    import threading
+
+    import pyarrow as pa
+
+    from spark_bridge.arrow_io import tables_to_dataframe
+
+    schema = pa.schema([("id", pa.int64())])
+    read = threading.Event()
+    df = tables_to_dataframe(spark, [schema.empty_table()], schema, on_read=read.set)
+    assert read.is_set()
+    assert df.count() == 0
