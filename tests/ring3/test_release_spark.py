@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
+import threading
 import time
 
+import pyarrow as pa
 import pytest
 from ray._private.internal_api import memory_summary
 
 from spark_bridge import enrich
+from spark_bridge.arrow_io import tables_to_dataframe
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
 
@@ -79,14 +82,20 @@ def test_the_input_snapshot_is_released_when_enrich_returns_without_a_collection
     out.unpersist(blocking=True)
 
 
-def test_the_output_stays_in_ray_until_the_first_action_has_cached_it(spark):
+def _enrich_unread(spark):
+    """Plasma MiB before, and an enrich() result of about 45 MiB that no action has read yet."""
+
     async def plus_one(row):
         return {"x": row["id"] + 1}
 
     df = spark.range(0, ROWS, 1, 4).selectExpr("id", "repeat('p', 200) AS payload")
     before = _settled_plasma_mib()
-    out = enrich(df, plus_one, parallelism=2, progress=False, checkpoint_interval_ms=None)
-    # No Spark job has read the result yet: its blocks (about 45 MiB) wait in Ray for the first one.
+    return before, enrich(df, plus_one, parallelism=2, progress=False, checkpoint_interval_ms=None)
+
+
+def test_the_output_stays_in_ray_until_the_first_action_has_cached_it(spark):
+    before, out = _enrich_unread(spark)
+    # No Spark job has read the result yet: its blocks wait in Ray for the first one.
     waiting = _settled_plasma_mib()
     assert waiting >= before + 30, f"only {waiting - before} MiB of output in Ray before the first action"
     assert out.filter("x = id + 1").count() == ROWS
@@ -98,12 +107,7 @@ def test_the_output_stays_in_ray_until_the_first_action_has_cached_it(spark):
 
 
 def test_unpersist_before_any_action_frees_the_output_at_once(spark):
-    async def plus_one(row):
-        return {"x": row["id"] + 1}
-
-    df = spark.range(0, ROWS, 1, 4).selectExpr("id", "repeat('p', 200) AS payload")
-    before = _settled_plasma_mib()
-    out = enrich(df, plus_one, parallelism=2, progress=False, checkpoint_interval_ms=None)
+    before, out = _enrich_unread(spark)
     assert _settled_plasma_mib() >= before + 30
     out.unpersist(blocking=True)
     # The blocks go within moments, not at the end of the session.
@@ -114,12 +118,6 @@ def test_unpersist_before_any_action_frees_the_output_at_once(spark):
 
 
 def test_on_read_waits_for_the_first_action_that_reads_the_blocks(spark):
-    import threading
-
-    import pyarrow as pa
-
-    from spark_bridge.arrow_io import tables_to_dataframe
-
     table = pa.table({"id": list(range(1_000))})
     read = threading.Event()
     df = tables_to_dataframe(spark, [table], table.schema, on_read=read.set)
@@ -131,12 +129,6 @@ def test_on_read_waits_for_the_first_action_that_reads_the_blocks(spark):
 
 
 def test_on_read_runs_at_once_when_there_is_nothing_to_read(spark):
-    import threading
-
-    import pyarrow as pa
-
-    from spark_bridge.arrow_io import tables_to_dataframe
-
     schema = pa.schema([("id", pa.int64())])
     read = threading.Event()
     df = tables_to_dataframe(spark, [schema.empty_table()], schema, on_read=read.set)
