@@ -214,8 +214,7 @@ def _warm_jvm(df: Any) -> None:
     """
     from spark_bridge.arrow_io import dataframe_to_blocks, release_dataframe
 
-    blocks = dataframe_to_blocks(df)
-    del blocks
+    dataframe_to_blocks(df)  # the blocks go at once, unreferenced
     release_dataframe(df)
     df.mapInPandas(lambda batches: batches, df.schema).write.format("noop").mode("overwrite").save()
 

@@ -275,10 +275,9 @@ def ipc_blocks_to_dataframe(
     action reads the blocks into that cache, as part of the job the user runs anyway; reading
     them here would cost a Spark job of its own. The blocks stay in Ray until every partition is
     in the cache, or until the DataFrame is unpersisted, and at the latest until
-    ``release_outputs()`` (``stop_spark()`` calls it). After that
-    it cannot be computed again, since the blocks were freed. A session outside Ray
-    (``on_spark_cluster``) reads the blocks through Parquet files in the cluster's staging
-    directory instead.
+    ``release_outputs()`` (``stop_spark()`` calls it). After that it cannot be computed again,
+    since the blocks were freed. A session outside Ray (``on_spark_cluster``) reads the blocks
+    through Parquet files in the cluster's staging directory instead.
 
     ``on_read`` is called once Spark has read the blocks (or they were freed unread by an
     ``unpersist()``), from a thread of its own; at once when there is nothing to read.
@@ -350,11 +349,6 @@ class _HeldOutputs:
     def release_all(self) -> None:
         with self._lock:
             self._held.clear()
-
-    def held(self) -> int:
-        """How many DataFrames still hold blocks in Ray."""
-        with self._lock:
-            return len(self._held)
 
     def _watch(self) -> None:
         while True:
