@@ -131,6 +131,7 @@ class SparkDataStream(DataStream):
             )
         letters = result.side_outputs.get(DEAD_LETTER, [])
         if not dead_letters and letters:
+            out.unpersist()  # the result goes unreturned: its blocks and cache go too
             raise ConfigurationError(
                 f"{len(letters)} records went to dead letters; call to_spark(dead_letters=True) to get them"
             )

@@ -134,3 +134,22 @@ def test_on_read_runs_at_once_when_there_is_nothing_to_read(spark):
     df = tables_to_dataframe(spark, [schema.empty_table()], schema, on_read=read.set)
     assert read.is_set()
     assert df.count() == 0
+
+
+def test_a_result_refused_for_its_unasked_dead_letters_leaves_nothing_in_ray(spark):
+    from operators.errors import ConfigurationError
+    from spark_bridge import from_spark
+
+    async def plus_one_but_not_7(row):
+        if row["id"] == 7:
+            raise ValueError("no 7")
+        return [{**row, "x": row["id"] + 1}]
+
+    df = spark.range(0, ROWS, 1, 4).selectExpr("id", "repeat('p', 200) AS payload")
+    before = _settled_plasma_mib()
+    stream = from_spark(df, parallelism=2).async_map(plus_one_but_not_7, on_error="dead_letter")
+    with pytest.raises(ConfigurationError, match="1 records went to dead letters"):
+        stream.to_spark(progress=False)
+    del stream  # and with it the input's snapshot
+    after = _settled_plasma_mib(at_most=before + 2)
+    assert after <= before + 2, f"{after - before} MiB of a refused result still pinned in Ray"
