@@ -53,8 +53,9 @@ class Pending:
 class AsyncQueueOperator(StreamOperator):
     """The queue, the waiting elements and the outcomes of an async operator.
 
-    Subclasses implement ``_try_start_record`` (and may refine ``_try_start_watermark``), and
-    call ``_complete_entry`` once per record with its outcome.
+    Subclasses implement ``_try_start_record`` (and may refine ``_try_start_watermark``, and
+    ``_try_start_new`` for a record that needs no ``Pending``), and call ``_complete_entry`` once
+    per record with its outcome.
     """
 
     def __init__(

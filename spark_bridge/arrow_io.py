@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import pyarrow as pa
 
@@ -309,6 +309,14 @@ def ipc_blocks_to_dataframe(
     return df
 
 
+class _Held(NamedTuple):
+    manager: Any  # Spark's CacheManager (JVM)
+    jdf: Any  # the result's Dataset (JVM)
+    builder: Any  # its cache's CachedRDDBuilder (JVM)
+    refs: list[Any]  # the blocks it reads
+    on_read: Callable[[], Any] | None
+
+
 class _HeldOutputs:
     """The blocks of result DataFrames whose cache Spark has not filled yet.
 
@@ -321,7 +329,7 @@ class _HeldOutputs:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[int, tuple[Any, Any, Any, list[Any], Callable[[], Any] | None]] = {}
+        self._held: dict[int, _Held] = {}
         self._next_key = 0
         self._watcher: threading.Thread | None = None
 
@@ -331,7 +339,7 @@ class _HeldOutputs:
         with self._lock:
             key = self._next_key
             self._next_key += 1
-            self._held[key] = (manager, df._jdf, builder, refs, on_read)
+            self._held[key] = _Held(manager, df._jdf, builder, refs, on_read)
             if self._watcher is None:
                 self._watcher = threading.Thread(target=self._watch, name="actorflow output blocks", daemon=True)
                 self._watcher.start()
@@ -339,10 +347,9 @@ class _HeldOutputs:
     def release(self, key: int) -> None:
         with self._lock:
             entry = self._held.pop(key, None)
-        on_read = entry[4] if entry is not None else None
-        if on_read is not None:
+        if entry is not None and entry.on_read is not None:
             try:
-                on_read()
+                entry.on_read()
             except Exception:  # noqa: BLE001 - a hook must not stop the watcher
                 _log.exception("a hook on a result read by Spark failed")
 
@@ -358,9 +365,9 @@ class _HeldOutputs:
                     self._watcher = None
                     return
                 entries = list(self._held.items())
-            for key, (manager, jdf, builder, _, _) in entries:
+            for key, held in entries:
                 try:
-                    done = builder.isCachedColumnBuffersLoaded() or manager.lookupCachedData(jdf).isEmpty()
+                    done = held.builder.isCachedColumnBuffersLoaded() or held.manager.lookupCachedData(held.jdf).isEmpty()
                 except Exception:  # noqa: BLE001 - the Spark session stopped: nothing can read them now
                     done = True
                 if done:
