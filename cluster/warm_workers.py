@@ -10,6 +10,10 @@ workers for this driver's Ray job and keep them idle for ``keep_alive_s``; the n
 take them, ready in a fraction of the time. The request is the raylet's own ``PrestartWorkers``
 call, which Ray 2.50's Python API does not expose yet.
 
+The raylet starts at most as many worker processes at once as it has CPUs (its
+``maximum_startup_concurrency``) and drops what a request asks for beyond that. So the request
+goes out in chunks of that size, a second apart, from a background thread.
+
 It is an optimisation only: where it cannot apply (Ray Client, a job-level runtime environment,
 whose workers a prestarted one would not match, or a raylet that refuses), nothing happens,
 and actors start as Ray starts them.
@@ -18,6 +22,9 @@ and actors start as Ray starts them.
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from typing import Any
 
 import ray
@@ -27,6 +34,7 @@ __all__ = ["actors_started", "prestart_workers"]
 _log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 600
+CHUNK_INTERVAL_S = 1.0  # about the time a worker process takes to start on a small machine
 
 # Per Ray job of this driver: workers asked for that no actor has taken yet, as far as this
 # process knows. The raylet starts as many as it is asked for, so requests ask for the rest.
@@ -52,27 +60,54 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
         address = _raylet_address()
         if address is None:
             return False
-        import grpc
-        from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc, runtime_environment_pb2
-
-        # A channel per request, closed at once: one left open until the raylet stops at exit
-        # makes gRPC log a GOAWAY line on the user's console.
-        with grpc.insecure_channel(address) as channel:
-            node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(
-                node_manager_pb2.PrestartWorkersRequest(
-                    language=common_pb2.PYTHON,
-                    job_id=bytes.fromhex(context.get_job_id()),
-                    runtime_env_info=runtime_environment_pb2.RuntimeEnvInfo(serialized_runtime_env="{}"),
-                    keep_alive_duration_secs=keep_alive_s,
-                    num_workers=wanted,
-                ),
-                timeout=2,
-            )
+        job_id = bytes.fromhex(context.get_job_id())
+        chunk = _startup_concurrency()
+        _request(address, job_id, keep_alive_s, min(wanted, chunk))
+        if wanted > chunk:
+            threading.Thread(target=_request_rest, args=(address, job_id, keep_alive_s, wanted - chunk, chunk),
+                             name="actorflow prestart", daemon=True).start()
         _waiting[key] = count
         return True
     except Exception as error:  # noqa: BLE001 - an optimisation: the next job starts its processes itself
         _log.debug("prestarting %d Ray workers failed: %s", count, error)
         return False
+
+
+def _request(address: str, job_id: bytes, keep_alive_s: int, count: int) -> None:
+    import grpc
+    from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc, runtime_environment_pb2
+
+    # A channel per request, closed at once: one left open until the raylet stops at exit
+    # makes gRPC log a GOAWAY line on the user's console.
+    with grpc.insecure_channel(address) as channel:
+        node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(
+            node_manager_pb2.PrestartWorkersRequest(
+                language=common_pb2.PYTHON,
+                job_id=job_id,
+                runtime_env_info=runtime_environment_pb2.RuntimeEnvInfo(serialized_runtime_env="{}"),
+                keep_alive_duration_secs=keep_alive_s,
+                num_workers=count,
+            ),
+            timeout=2,
+        )
+
+
+def _request_rest(address: str, job_id: bytes, keep_alive_s: int, rest: int, chunk: int) -> None:
+    try:
+        while rest > 0:
+            time.sleep(CHUNK_INTERVAL_S)
+            if not ray.is_initialized():
+                return
+            _request(address, job_id, keep_alive_s, min(rest, chunk))
+            rest -= chunk
+    except Exception as error:  # noqa: BLE001 - as above
+        _log.debug("prestarting %d more Ray workers failed: %s", rest, error)
+
+
+def _startup_concurrency() -> int:
+    """How many worker processes the local raylet starts at once: its CPUs, at most the machine's."""
+    cpus = int(ray.cluster_resources().get("CPU", 1)) if ray.is_initialized() else 1
+    return max(1, min(os.cpu_count() or 1, cpus))
 
 
 def actors_started(count: int) -> None:
