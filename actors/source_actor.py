@@ -177,16 +177,19 @@ class SourceActor:
     every channel between two items, ahead of any batch still waiting for credit, and stores the
     reader's position at that point; ``restore`` (a state from such a checkpoint) starts the
     reader there.
+
+    The reader comes with ``connect``: the actor's process starts while the input is still being
+    snapshotted, and only then are its splits known.
     """
 
     def __init__(
-        self, job: str, name: str, index: int, parallelism: int, reader: BlockReader, *, credits: int = 4,
+        self, job: str, name: str, index: int, parallelism: int, *, credits: int = 4,
         key: KeyRouter | Any = None, checkpoints: Any = None, coordinator: Any = None, attempt: int = 0,
         restore: int | None = None,
     ) -> None:
         self.name = instance_name(job, name, index, parallelism, attempt)
         self.task = task_name(name, index, parallelism)
-        self._reader = reader
+        self._reader: BlockReader | None = None
         self._credits = credits
         self._router = as_router(key)
         self._checkpoints = checkpoints
@@ -200,20 +203,26 @@ class SourceActor:
         return self.name
 
     async def progress(self) -> int:
-        return self._reader.rows_read
+        return 0 if self._reader is None else self._reader.rows_read
 
-    async def connect(self, downstream: list[Any], channel_id: int) -> None:
+    async def connect(self, downstream: list[Any], channel_id: int, reader: BlockReader) -> None:
+        self._reader = reader
         self._senders = [ChannelSender(h, channel_id, credits=self._credits) for h in downstream]
         if self._restore is not None:
             state = pickle.loads(await asyncio.to_thread(self._checkpoints.read_state, self._restore, self.task))
-            self._reader.restore(state["reader"])
+            reader.restore(state["reader"])
+
+    def _connected_reader(self) -> BlockReader:
+        assert self._reader is not None, f"{self.name}: connect() first"
+        return self._reader
 
     async def trigger_checkpoint(self, checkpoint_id: int) -> None:
         await self._between_items.wait()
-        if self._reader.ended:
+        reader = self._connected_reader()
+        if reader.ended:
             self._coordinator.decline.remote(self._attempt, checkpoint_id, self.task, "its input has ended")
             return
-        state = pickle.dumps({"reader": self._reader.state()}, protocol=5)
+        state = pickle.dumps({"reader": reader.state()}, protocol=5)
         for sender in self._senders:
             sender.send_now("barrier", checkpoint_id)
         size = await asyncio.to_thread(self._checkpoints.write_state, checkpoint_id, self.task, state)
@@ -232,7 +241,8 @@ class SourceActor:
         senders = self._senders
         router = self._router
         turn = 0
-        async for kind, payload in self._reader.items():
+        reader = self._connected_reader()
+        async for kind, payload in reader.items():
             if kind == "records" and router is None:
                 # A barrier may overtake a batch that waits for credit: it has no number yet.
                 await senders[turn].send(kind, payload)
@@ -252,4 +262,4 @@ class SourceActor:
             self._between_items.set()
         for sender in senders:
             await sender.flush()
-        return {"name": self.name, "rows_sent": self._reader.rows_read}
+        return {"name": self.name, "rows_sent": reader.rows_read}

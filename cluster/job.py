@@ -325,27 +325,28 @@ class _Attempt:
             downstream = actors
             downstream_partitioning = stage.partitioning
 
-        # The processes start while the input is prepared.
-        splits = graph.splits()
-        connects = [
-            actor.connect.remote(targets, _reader(source, splits[i], i) if reads_source else None)
-            for actor, targets, reads_source, i in wiring
-        ]
         first = self.stage_actors[0]
         if not chained_source:
             for i in range(source.parallelism):
                 name = instance_name(job, source.name, i, source.parallelism, self.number)
                 handle = _remote(SourceActor, name, self.placement).remote(
-                    job, source.name, i, source.parallelism, _reader(source, splits[i], i),
+                    job, source.name, i, source.parallelism,
                     key=stages[0].key if stages[0].partitioning == "hash" else None,
                     checkpoints=self.checkpoints, coordinator=self.coordinator, attempt=self.number,
                     restore=self.restore)
                 self.names[handle] = name
                 tasks.append(task_name(source.name, i, source.parallelism))
-                connects.append(handle.connect.remote(first, i))
                 self.sources.append(handle)
             self.handles.extend(self.sources)
         actors_started(len(self.handles))
+
+        # The processes start while the input is prepared (a Spark DataFrame's snapshot).
+        splits = graph.splits()
+        connects = [
+            actor.connect.remote(targets, _reader(source, splits[i], i) if reads_source else None)
+            for actor, targets, reads_source, i in wiring
+        ]
+        connects += [handle.connect.remote(first, i, _reader(source, splits[i], i)) for i, handle in enumerate(self.sources)]
         ray.get(connects)
         if self.stream_output:
             for actor in self.stage_actors[-1]:
