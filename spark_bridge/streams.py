@@ -21,7 +21,7 @@ from cluster.job_graph import JobGraph, SourceNode
 from cluster.warm_workers import prestart_workers
 from operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
-from operators.errors import ConfigurationError, SchemaError
+from operators.errors import ConfigurationError, JobFailedError, SchemaError
 
 from .arrow_io import dataframe_to_blocks, release_dataframe, tables_to_dataframe
 from .session import check_dataframe, ensure_ray
@@ -64,11 +64,30 @@ class SparkDataStream(DataStream):
 
     _spark: "SparkSession"
     _input_schema: pa.Schema
+    # The event-time column and a Spark job counting its nulls, when the stream has one.
+    _null_event_times: "tuple[str, Callable[[], int]] | None" = None
 
     def _with(self, node: Any) -> "SparkDataStream":
         stream = super()._with(node)
         stream._spark, stream._input_schema = self._spark, self._input_schema
+        stream._null_event_times = self._null_event_times
         return stream
+
+    def _run(self, **options: Any) -> JobResult:
+        try:
+            return run_job(self._graph, **options)
+        except JobFailedError as error:
+            # A null event time fails the source reader that meets it, naming the nulls of its
+            # block; the user needs those of the whole DataFrame. Spark counts them only now,
+            # so that a job that succeeds pays no Spark job for the check.
+            if self._null_event_times is not None:
+                column, count_nulls = self._null_event_times
+                nulls = count_nulls()
+                if nulls:
+                    raise SchemaError(
+                        f"column {column!r} holds nulls in {nulls} rows; event time needs a timestamp on every record"
+                    ) from error
+            raise
 
     def to_spark(
         self, output_schema: Any = None, *, dead_letters: bool = False, progress: bool = True,
@@ -104,9 +123,9 @@ class SparkDataStream(DataStream):
             checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
             resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s)
         cluster = active_cluster(self._spark)
-        result = run_job(self._graph, job_name=self.job_name, output_schema=schema, progress=progress,
-                         actor_resources=cluster.actor_resources if cluster is not None else None,
-                         on_finish=output_blocks, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
+        result = self._run(job_name=self.job_name, output_schema=schema, progress=progress,
+                           actor_resources=cluster.actor_resources if cluster is not None else None,
+                           on_finish=output_blocks, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
         global _last_job
         self.last_result = _last_job = result
         if result.finished is not None:
@@ -242,7 +261,8 @@ def from_spark(
     """A stream over the rows of ``df``, in order, split over ``parallelism`` source readers.
 
     With ``timestamp_column``, each record carries its event time (a timestamp, date or integer
-    milliseconds column; nulls are rejected here, naming the column and the count), and the
+    milliseconds column; a null fails the run with ``SchemaError``, naming the column and how many
+    rows hold one), and the
     sources emit watermarks that trail the largest time seen by ``out_of_orderness_ms``; a split
     that waits ``idleness_ms`` for its data goes idle and holds back no watermark.
 
@@ -260,11 +280,6 @@ def from_spark(
     if timestamp_column is not None:
         if timestamp_column not in df.columns:
             raise SchemaError(f"event-time column {timestamp_column!r} not found; the DataFrame has {df.columns}")
-        nulls = df.filter(df[timestamp_column].isNull()).count()
-        if nulls:
-            raise SchemaError(
-                f"column {timestamp_column!r} holds nulls in {nulls} rows; event time needs a timestamp on every record"
-            )
     input_schema = _input_schema(df)
     if timestamp_column is not None:
         event_time_ms(input_schema.empty_table(), timestamp_column)  # the type check
@@ -272,6 +287,8 @@ def from_spark(
                                                  batch_size, schema=input_schema, idleness_ms=idleness_ms)),
                              job_name=job_name)
     stream._spark, stream._input_schema = df.sparkSession, input_schema
+    if timestamp_column is not None:
+        stream._null_event_times = (timestamp_column, lambda: df.filter(df[timestamp_column].isNull()).count())
     snapshot: list[Any] = []
 
     cluster = active_cluster(df.sparkSession)

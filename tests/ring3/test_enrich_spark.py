@@ -135,14 +135,17 @@ def test_pipeline_from_spark_with_event_time_map_filter_and_async_map(spark):
     assert all(r.double == 2 * r.click_id and r.tag == f"user-{r.user_id}" for r in rows)
 
 
-def test_null_event_times_are_rejected_with_the_column_and_count(spark):
+def test_null_event_times_fail_the_run_with_the_column_and_the_count_over_the_whole_dataframe(spark):
     from pyspark.sql import functions as F
 
-    df = _clicks(spark, 100).withColumn(
-        "ts", F.when(F.col("click_id") < 3, F.lit(None)).otherwise(F.timestamp_millis(F.col("click_id")))
+    # Nulls at both ends, in different splits and blocks: the count is the DataFrame's, not a block's.
+    df = _clicks(spark, 5_000).withColumn(
+        "ts", F.when(F.col("click_id").isin(0, 1, 4_999), F.lit(None)).otherwise(F.timestamp_millis(F.col("click_id")))
     )
-    with pytest.raises(SchemaError, match=r"column 'ts' holds nulls in 3 rows; event time needs a timestamp on every record"):
-        from_spark(df, timestamp_column="ts")
+    stream = from_spark(df, timestamp_column="ts", parallelism=2, batch_size=500)  # lazy, like a Spark transformation
+    with pytest.raises(SchemaError, match=r"column 'ts' holds nulls in 3 rows; event time needs a timestamp on every record") as caught:
+        stream.map(lambda row: row).to_spark(progress=False)
+    assert isinstance(caught.value.__cause__, JobFailedError)  # the job's own failure stays visible
 
 
 def test_an_empty_dataframe_gives_an_empty_result_with_the_input_columns(spark):
