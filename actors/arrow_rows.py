@@ -17,7 +17,7 @@ row, raised at the batch where it first shows.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -206,6 +206,22 @@ class SchemaTracker:
         columns = {name: self._column(name, [v.get(name) for v in values], values) for name in keys}
         return pa.table(columns)
 
+    def table_of_arrow(self, table: pa.Table) -> pa.Table:
+        """``table`` with the types its columns would have taken as Python values through ``table()``.
+
+        For an operator that computes its output as Arrow columns (the window operator's panes):
+        the same rows as dicts would give the same table, without a Python object per value.
+        """
+        rows: list[Any] = []
+
+        def lazy_rows() -> list[Any]:
+            if not rows:
+                rows.extend(table.to_pylist())
+            return rows
+
+        columns = {name: self._settle(name, _as_from_python(table.column(name)), lazy_rows) for name in table.column_names}
+        return pa.table(columns)
+
     def _column(self, name: str, column: list[Any], rows: list[Any]) -> pa.Array:
         known = self._types.get(name)
         target = known if known is not None else self._hint.get(name)
@@ -218,6 +234,12 @@ class SchemaTracker:
                 array = pa.array(column)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as error:
                 raise SchemaError(_mixed_types(name, column, rows, error)) from error
+        return self._settle(name, array, lambda: rows)
+
+    def _settle(self, name: str, array: pa.Array, rows: Callable[[], list[Any]]) -> pa.Array:
+        """``array`` as the column's type: the input's or the earlier batches', widened if need be."""
+        known = self._types.get(name)
+        target = known if known is not None else self._hint.get(name)
         if target is not None and array.type != target:
             try:
                 array = array.cast(target, safe=True)
@@ -232,20 +254,37 @@ class SchemaTracker:
             self._types[name] = array.type
         return array
 
-    def _widen(self, name: str, known: pa.DataType, array: pa.Array, rows: list[Any]) -> pa.Array:
+    def _widen(self, name: str, known: pa.DataType, array: pa.Array, rows: Callable[[], list[Any]]) -> pa.Array:
         try:
             wider = pa.unify_schemas(
                 [pa.schema([(name, known)]), pa.schema([(name, array.type)])], promote_options="permissive"
             ).field(name).type
             array = array.cast(wider, safe=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
-            row = next((r for r in rows if r.get(name) is not None), None)
+            row = next((r for r in rows() if r.get(name) is not None), None)
             raise SchemaError(
                 f"column {name!r} holds {known} in earlier rows and {array.type} in row {describe_value(row)}; "
                 "a column needs one type (integers widen to bigint and double, as in Spark)"
             ) from error
         self._types[name] = wider
         return array
+
+
+def _as_from_python(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """``column`` with the type Arrow infers for its values as Python objects (ints are int64,
+    floats double, ...), as a column that went through Python rows would have it."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    t = array.type
+    if pa.types.is_integer(t) and not pa.types.is_uint64(t):
+        return array.cast(pa.int64())
+    if pa.types.is_floating(t):
+        return array.cast(pa.float64())
+    if pa.types.is_boolean(t) or t == pa.string() or t == pa.binary() or pa.types.is_null(t):
+        return array
+    if pa.types.is_timestamp(t) and len(array):
+        # A datetime's type does not depend on its value: the first one's is everyone's.
+        return array.cast(pa.array(array.slice(0, 1).to_pylist()).type)
+    return pa.array(array.to_pylist())  # decimals and the rest: the type depends on the values
 
 
 def _has_map(data_type: pa.DataType) -> bool:

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from operators.elements import Record, Watermark, WatermarkStatus
 
-from .arrow_rows import SchemaTracker, rows_to_batch
+from .arrow_rows import RowBatch, SchemaTracker, rows_to_batch
 from .channel import ChannelSender
 from .keys import KeyRouter, as_router
 
@@ -44,6 +44,11 @@ class Partitioner:
 
     def next_batch_target(self) -> int:
         return next(self._round_robin)
+
+    def split(self, batch: RowBatch) -> list[RowBatch]:
+        """``batch`` cut into one batch per target by key (hash partitioning only)."""
+        assert self._router is not None
+        return self._router.split(batch, self.num_targets)
 
 
 class LocalSink:
@@ -294,6 +299,27 @@ class BatchingOutput:
         if len(values) >= self._batch_size:
             self._flush_target(target)
 
+    def collect_table(self, table: pa.Table, timestamps: pa.Array) -> None:
+        """Collect the rows of ``table`` at once, each at its timestamp (int64 ms), after the rows
+        collected before; the same batches as ``collect`` of each row as a dict would give."""
+        if self._schema is not None:
+            # An exact output schema is checked row by row, naming the row that does not fit.
+            for value, ts in zip(table.to_pylist(), timestamps.to_pylist()):
+                self.collect(Record(value, ts))
+            return
+        self.flush_records()
+        table = self._tracker.table_of_arrow(table)
+        for offset in range(0, table.num_rows, self._batch_size):
+            batch = RowBatch(table.slice(offset, self._batch_size), timestamps.slice(offset, self._batch_size))
+            self.records_out += batch.num_rows
+            if self._partitioner.kind == "hash":
+                for target, part in enumerate(self._partitioner.split(batch)):
+                    if part.num_rows:
+                        self._outbox.put(target, "records", part)
+            else:
+                channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else 0
+                self._outbox.put(channel, "records", batch)
+
     def emit_watermark(self, watermark: Watermark) -> None:
         # Records before the watermark must leave before it, on every channel.
         self.flush()
@@ -311,10 +337,14 @@ class BatchingOutput:
     def collect_side(self, tag: str, value: Any) -> None:
         self._side_buffers.setdefault(tag, []).append(value)
 
-    def flush(self) -> None:
+    def flush_records(self) -> None:
+        """Cut the records collected so far into batches (side outputs stay buffered)."""
         for target in range(len(self._values)):
             if self._values[target]:
                 self._flush_target(target)
+
+    def flush(self) -> None:
+        self.flush_records()
         for tag, values in self._side_buffers.items():
             if values:
                 self._side(tag, values)

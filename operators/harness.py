@@ -39,6 +39,11 @@ class _CollectingOutput:
     def collect(self, record: Record) -> None:
         self.elements.append(record)
 
+    def collect_table(self, table: Any, timestamps: Any) -> None:
+        # As an actor's output takes a window operator's fired windows: one table.
+        for value, ts in zip(table.to_pylist(), timestamps.to_pylist()):
+            self.elements.append(Record(value, ts))
+
     def emit_watermark(self, watermark: Watermark) -> None:
         self.elements.append(watermark)
 

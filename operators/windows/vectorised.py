@@ -7,7 +7,10 @@ and takes minima and maxima per ``(key, window)``. The partial results are merge
 operator state the per-record path keeps, and the same timers are registered, so both paths can
 be mixed freely and snapshot alike.
 
-Event-time sessions with a static gap take a path of their own (``vectorised_sessions.py``).
+Without allowed lateness or a ``process`` function, tumbling and sliding windows keep their state
+as Arrow tables too (``panes.py``): nothing is done per window until it fires, and then for all
+the windows a watermark fires at once. Event-time sessions with a static gap take a path of their
+own (``vectorised_sessions.py``).
 Everything else falls back to the per-record path, one ``Record`` per row: user functions,
 custom triggers, evictors, dynamic gaps, processing time. Rows that are late for one of their windows
 (fired already, or past cleanup) also take the per-record path, since each of them may fire a
@@ -39,15 +42,14 @@ from .assigners import EventTimeSessionWindows, SlidingEventTimeWindows, TimeWin
 from .functions import Aggregations, BuiltinAggregate
 from .triggers import EventTimeTrigger
 from .arrow_aggregates import accumulators, group_aggregations
+from .panes import ROW as _ROW, START as _START, Panes, can_use_panes
 from .vectorised_sessions import add_session_partial, session_groups
 
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
 
-__all__ = ["process_batch", "process_timestamped_batch", "why_not_vectorised"]
+__all__ = ["move_panes_to_dict", "process_batch", "process_timestamped_batch", "why_not_vectorised"]
 
-_ROW = "__actorflow_row"
-_START = "__actorflow_window_start"
 _EMPTY: Any = object()
 
 
@@ -150,7 +152,7 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
     newest = pc.subtract(ts, remainder)
     lower = pc.subtract(ts, size)
 
-    starts, exists = [], []
+    starts, exists, fireds = [], [], []
     late = None
     for j in range((size + slide - 1) // slide):
         start = pc.subtract(newest, j * slide)
@@ -160,8 +162,12 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
         late = fired if late is None else pc.or_(late, fired)
         starts.append(start)
         exists.append(has)
+        fireds.append(fired)
     assert late is not None
     rows = pa.array(range(table.num_rows), pa.int64())
+    if op._panes or can_use_panes(op):
+        _add_to_panes(op, table, ts, rows, starts, exists, fireds)
+        return
     fallback_rows = pc.indices_nonzero(late).to_pylist()
 
     parts = _builtins(op) or []
@@ -179,6 +185,46 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
         _add_partial(op, key, TimeWindow(start, start + size), partial)
 
     _interleave(op, table, ts, groups, fallback_rows, add_window)
+
+
+def _add_to_panes(
+    op: "WindowOperator", table: pa.Table, ts: Any, rows: pa.Array, starts: list[Any], exists: list[Any], fireds: list[Any],
+) -> None:
+    """Add a batch to the operator's panes: each row to its windows that are still open.
+
+    A row none of whose windows is open is late: it goes where the per-record path sends it (the
+    late-data side output, or the dropped count), in row order. Without allowed lateness no window
+    fires on an element, so nothing else happens before the next watermark.
+    """
+    parts = _builtins(op) or []
+    keys = list(op.key_fields or ())
+    columns = list(dict.fromkeys([*keys, *(p.field for p in parts if p.field is not None)]))
+    base = table.select(columns).append_column(_ROW, rows)
+    pieces, kept = [], None
+    for start, has, fired in zip(starts, exists, fireds):
+        keep = pc.and_(has, pc.invert(fired))
+        kept = keep if kept is None else pc.or_(kept, keep)
+        pieces.append(base.append_column(_START, start).filter(keep))
+    if op._panes is None:
+        size: int = op.assigner.size_ms  # type: ignore[attr-defined]  # tumbling or sliding
+        op._panes = Panes(keys, parts, size)
+    op._panes.add(pa.concat_tables(pieces), table.num_rows)
+    op.metrics.records_in += table.num_rows
+    late = pc.indices_nonzero(pc.invert(kept)).to_pylist()
+    if late:
+        for value, t in zip(table.take(late).to_pylist(), pc.take(ts, late).to_pylist()):
+            op._on_late(Record(value, t))
+
+
+def move_panes_to_dict(op: "WindowOperator") -> None:
+    """Move the operator's panes into its dict state, with the timers the per-record path would
+    have registered, in its order (see ``panes.py``)."""
+    panes = op._panes
+    if not panes:
+        return
+    size = panes.size_ms
+    for key, start, accs in panes.accumulator_rows(panes.take_all()):
+        _add_partial(op, key, TimeWindow(start, start + size), accs)
 
 
 def _interleave(op: "WindowOperator", table: pa.Table, ts: Any, groups: list[Any], fallback_rows: list[int], add: Any) -> None:

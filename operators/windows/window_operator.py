@@ -47,8 +47,9 @@ from ..timers import Timer, TimerService
 from .assigners import GlobalWindows, MergingWindowAssigner, TimeWindow, WindowAssigner
 from .contexts import WindowContexts
 from .evictors import CountEvictor, Evictor, TimestampedValue
-from .functions import AggregateFunction, ProcessWindowFunction
+from .functions import AggregateFunction, Aggregations, ProcessWindowFunction
 from .merging import MergingWindowSet
+from .panes import Panes, fired_windows
 from .records import event_time_of, key_function, key_of, record_error
 from .triggers import CountTrigger, PurgingTrigger, Trigger, TriggerResult
 
@@ -175,6 +176,8 @@ class WindowOperator(StreamOperator):
         self._window_state: dict[tuple[Any, Any], dict[str, Any]] = {}
         self._global_state: dict[Any, dict[str, Any]] = {}
         self._merging: dict[Any, MergingWindowSet] = {}
+        # The Arrow path's open windows, as tables instead of the dicts above (see panes.py).
+        self._panes: Panes | None = None
         self._ctx = WindowContexts(self)
 
     def initialize_state(self, state: Any | None) -> None:
@@ -189,6 +192,7 @@ class WindowOperator(StreamOperator):
             self._merging = {k: MergingWindowSet(self._merging_assigner, m) for k, m in s["merging"].items()}
         self._timers.restore(s["timers"])
         self._watermark = s["watermark"]
+        self._panes = s.get("panes")
 
     def snapshot_state(self) -> bytes:
         """Window contents, trigger and function state, merge sets and timers, as bytes.
@@ -205,6 +209,7 @@ class WindowOperator(StreamOperator):
                 "merging": {k: m.mapping for k, m in self._merging.items()},
                 "timers": self._timers.snapshot(),
                 "watermark": self._watermark,
+                "panes": self._panes if self._panes else None,
             }
         )
 
@@ -213,10 +218,16 @@ class WindowOperator(StreamOperator):
     def process_watermark(self, watermark: Watermark) -> None:
         if watermark.timestamp_ms > self._watermark:
             self._watermark = watermark.timestamp_ms
+            if self._panes is not None and self._panes.due(watermark.timestamp_ms):
+                self._fire_panes(self._panes, watermark.timestamp_ms)
             self._timers.advance_watermark(watermark.timestamp_ms)
         self.output.emit_watermark(watermark)
 
     def process_element(self, record: Record) -> None:
+        if self._panes:
+            from .vectorised import move_panes_to_dict
+
+            move_panes_to_dict(self)  # the per-record path works on the dict state
         self.metrics.records_in += 1
         value = record.value
         key = key_of(self._key_of, record, self.context.name)
@@ -427,6 +438,28 @@ class WindowOperator(StreamOperator):
                 del self._merging[key]
 
     # ----------------------------------------------------------------------- emit
+
+    def _fire_panes(self, panes: Panes, watermark_ms: int) -> None:
+        """Fire the panes' windows that ``watermark_ms`` passes: as one table where the output
+        takes tables, else one record per window, as the timers of the per-record path would."""
+        table = panes.take_due(watermark_ms)
+        if not table.num_rows:
+            return
+        collect_table = getattr(self.output, "collect_table", None)
+        if collect_table is not None:
+            rows, timestamps = fired_windows(self, panes, table)
+            collect_table(rows, timestamps)
+            self.metrics.records_out += rows.num_rows
+            return
+        agg = self.aggregate_fn
+        assert agg is not None
+        several = isinstance(agg, Aggregations)
+        collect = self.output.collect
+        for key, start, accs in panes.accumulator_rows(table):
+            window = TimeWindow(start, start + panes.size_ms)
+            result = agg.get_result(accs if several else accs[0])
+            collect(Record(self.output_row(key, window, result), window.max_timestamp()))
+            self.metrics.records_out += 1
 
     def _emit_window(self, key: Any, window: Any, state_key: tuple[Any, Any]) -> None:
         contents = self._contents[state_key]

@@ -238,3 +238,33 @@ def test_filtering_and_slicing_keep_each_rows_origin(origins):
     assert again.origin_list() == (None if want is None else [want[1], want[3]])
     if isinstance(origins, tuple):
         assert isinstance(picked.origins[2], pa.Array)  # no Python object per row on the way
+
+
+_WINDOW_OUTPUT = pa.table({
+    "user": pa.array([3, 4, None], pa.int32()),
+    "name": pa.array(["a", None, "c"], pa.large_string()),
+    "window_start": pa.array([0, 60_000, 120_000], pa.timestamp("ms", tz="UTC")),
+    "n": pa.array([1, 2, 3], pa.int64()),
+    "low": pa.array([1.5, None, -2.0], pa.float32()),
+    "small": pa.array([1, 2, None], pa.uint8()),
+    "total": pa.array([Decimal("1.50"), Decimal("-3.25"), None], pa.decimal128(38, 2)),
+    "ok": pa.array([True, None, False]),
+})
+
+
+@pytest.mark.parametrize("hint", [None, pa.schema([("user", pa.int32()), ("name", pa.string())])])
+def test_an_arrow_table_takes_the_types_its_rows_would_take_through_python(hint):
+    through_python = SchemaTracker(hint).table(_WINDOW_OUTPUT.to_pylist())
+    as_arrow = SchemaTracker(hint).table_of_arrow(_WINDOW_OUTPUT)
+    assert as_arrow.schema == through_python.schema
+    assert as_arrow.equals(through_python)
+
+
+def test_an_arrow_table_after_row_batches_keeps_and_widens_their_types_as_rows_would():
+    rows, arrow = SchemaTracker(), SchemaTracker()
+    first = [{"n": 1.5, "low": 2}]
+    rows.table(first), arrow.table(first)
+    later = pa.table({"n": pa.array([7], pa.int32()), "low": pa.array([0.25], pa.float32())})
+    assert arrow.table_of_arrow(later).equals(rows.table(later.to_pylist()))  # n stays double, low widens to double
+    with pytest.raises(SchemaError, match=r"column 'low' holds double in earlier rows and string"):
+        arrow.table_of_arrow(pa.table({"n": [1.0], "low": ["x"]}))

@@ -1,0 +1,151 @@
+"""Panes: the Arrow path's window state as tables, with the per-record path's output, order and state."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+import pytest
+
+from operators import OperatorHarness, harness
+from operators.windows import Count, SlidingEventTimeWindows, Sum, TumblingEventTimeWindows, WindowOperator
+from operators.windows.panes import Panes
+from tests.ring1.windows.test_vectorised import AGGREGATES, Spy, batch
+
+
+@st.composite
+def streams(draw):
+    """Tumbling or sliding windows without allowed lateness, a stream with late rows, and where
+    a snapshot is taken and which rows come one by one instead of in their batch."""
+    size = draw(st.integers(1, 30))
+    sliding = draw(st.booleans())
+    slide = draw(st.integers(1, size)) if sliding else size
+    offset = draw(st.integers(-(slide - 1), slide - 1))
+    assigner = SlidingEventTimeWindows(size, slide, offset) if sliding else TumblingEventTimeWindows(size, offset)
+    aggregate = draw(st.sampled_from(AGGREGATES))
+    key = draw(st.sampled_from(["user", ("user", "region")]))
+    tag = draw(st.sampled_from([None, "late"]))
+    bound = draw(st.integers(0, 25))
+
+    def make_op():
+        return Spy(key, assigner, aggregate=aggregate, late_data_tag=tag)
+
+    steps = []
+    top = draw(st.integers(-50, 50))
+    wm = top - bound - 1
+    for _ in range(draw(st.integers(1, 8))):
+        rows = []
+        for _ in range(draw(st.integers(0, 12))):
+            top = max(top, top + draw(st.integers(-3, 8)))
+            ts = wm - draw(st.integers(-2, size + 2)) if draw(st.integers(0, 4)) == 0 else top - draw(st.integers(0, bound))
+            rows.append((draw(st.sampled_from("abc")), draw(st.integers(0, 1)), draw(st.one_of(st.none(), st.integers(-100, 100))), ts))
+        steps.append(rows)
+        if draw(st.booleans()):
+            wm = max(wm, top - bound - 1)
+            steps.append(wm)
+    steps.append(top + 1000)
+    snapshot_at = draw(st.integers(0, len(steps)))
+    one_by_one = draw(st.sets(st.integers(0, len(steps) - 1), max_size=2))
+    return make_op, steps, snapshot_at, one_by_one
+
+
+def _per_record(make_op, steps):
+    op = make_op()
+    h = OperatorHarness(op)
+    h.open()
+    for step in steps:
+        if isinstance(step, int):
+            h.process_watermark(step)
+        else:
+            for row in batch(step).to_pylist():
+                h.process_element(row, row["ts"])
+    return h, op
+
+
+def _arrow(make_op, steps, snapshot_at=None, one_by_one=frozenset()):
+    op = make_op()
+    h = OperatorHarness(op)
+    h.open()
+    output, side = [], {}
+    for i, step in enumerate(steps):
+        if i == snapshot_at:  # a restored operator goes on where this one stopped
+            state = h.snapshot()
+            output += h.output
+            for tag, values in h.side_outputs.items():
+                side.setdefault(tag, []).extend(values)
+            op = make_op()
+            h = OperatorHarness(op)
+            h.restore(state)
+            h.open()
+        if isinstance(step, int):
+            h.process_watermark(step)
+        elif i in one_by_one:  # through the per-record path: the panes move into the dict state
+            for row in batch(step).to_pylist():
+                h.process_element(row, row["ts"])
+        else:
+            op.process_batch(batch(step), "ts")
+    output += h.output
+    for tag, values in h.side_outputs.items():
+        side.setdefault(tag, []).extend(values)
+    return output, side, op
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=streams())
+def test_panes_give_the_per_record_output_in_its_order(case):
+    make_op, steps, _, _ = case
+    slow, slow_op = _per_record(make_op, steps)
+    output, side, fast = _arrow(make_op, steps)
+    assert output == slow.output
+    assert side == dict(slow.side_outputs)
+    assert fast.metrics.late_records_dropped == slow_op.metrics.late_records_dropped
+    assert fast.metrics.records_in == slow_op.metrics.records_in
+    assert fast.per_record == 0  # late rows too: none took the per-record path
+    assert not fast._panes and not fast._contents
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=streams())
+def test_panes_survive_a_snapshot_and_give_way_to_records_one_by_one(case):
+    make_op, steps, snapshot_at, one_by_one = case
+    slow, _ = _per_record(make_op, steps)
+    output, side, _ = _arrow(make_op, steps, snapshot_at, one_by_one)
+    assert output == slow.output
+    assert side == dict(slow.side_outputs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=streams())
+def test_an_output_that_takes_no_tables_gets_a_record_per_window(case):
+    make_op, steps, _, _ = case
+    slow, _ = _per_record(make_op, steps)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delattr(harness._CollectingOutput, "collect_table")
+        output, side, _ = _arrow(make_op, steps)
+    assert output == slow.output
+    assert side == dict(slow.side_outputs)
+
+
+def test_a_window_that_several_batches_add_to_fires_once_with_all_of_them():
+    op = WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Sum("amount"))
+    h = OperatorHarness(op)
+    h.open()
+    op.process_batch(batch([("a", 0, 1, 1), ("b", 0, 2, 2)]), "ts")
+    op.process_batch(batch([("a", 0, 3, 5), ("a", 0, 4, 12)]), "ts")
+    assert isinstance(op._panes, Panes) and len(op._panes.tables) == 2 and not op._contents
+    h.process_watermark(9)
+    assert h.output_values() == [
+        {"user": "a", "window_start": 0, "window_end": 10, "result": 4},
+        {"user": "b", "window_start": 0, "window_end": 10, "result": 2},
+    ]
+    h.process_watermark(19)
+    assert h.output_values()[2:] == [{"user": "a", "window_start": 10, "window_end": 20, "result": 4}]
+    assert not op._panes
+
+
+def test_allowed_lateness_or_a_process_function_keeps_the_dict_state():
+    lateness = WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Count(), allowed_lateness_ms=5)
+    process = WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Count(), process=lambda k, c, e: e)
+    for op in (lateness, process):
+        OperatorHarness(op).open()
+        op.process_batch(batch([("a", 0, 1, 1)]), "ts")
+        assert not op._panes and op._contents
