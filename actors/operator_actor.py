@@ -53,7 +53,8 @@ from .metrics import OperatorMetricsExporter
 from .naming import instance_name, task_name
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner
 from .processing_time import AsyncioProcessingTimeService
-from .source_actor import BlockReader
+from .keys import KeyRouter, as_router
+from .source_actor import BlockReader, LocalChannel, route_items
 
 __all__ = ["ChainSpec", "OperatorActor"]
 
@@ -134,14 +135,25 @@ class OperatorActor:
 
     # ------------------------------------------------------------ remote methods
 
-    async def connect(self, downstream: list[Any] | None, reader: BlockReader | None = None) -> None:
+    async def connect(
+        self, downstream: list[Any] | None, reader: BlockReader | None = None, peers: list[Any] | None = None,
+        key: KeyRouter | Any = None,
+    ) -> None:
         """``downstream``: the next stage's actors, or None to keep the output here; ``reader``:
-        the source blocks this actor reads itself, as its one input channel."""
-        if reader is not None and self.spec.num_inputs != 1:
-            raise ValueError(f"{self.name}: a chained source must be the only input, got {self.spec.num_inputs} inputs")
+        the source blocks this actor reads itself, as its one input channel; or, with ``peers``
+        (every instance of this stage, this one included), its split of them, routed by ``key``
+        over the peers' inputs: channel ``i`` of every instance is instance ``i``'s split."""
         spec = self.spec
+        if reader is not None and peers is None and spec.num_inputs != 1:
+            raise ValueError(f"{self.name}: a chained source must be the only input, got {spec.num_inputs} inputs")
+        if peers is not None and (len(peers) != spec.num_inputs or as_router(key) is None):
+            raise ValueError(f"{self.name}: a keyed read needs a key and one peer per input, got {len(peers)} for {spec.num_inputs}")
         self._downstream = downstream
         self._reader = reader
+        self._peers = peers
+        self._peer_key = as_router(key)
+        self._between_items = asyncio.Event()
+        self._between_items.set()
         stage = None
         if downstream is None and spec.checkpoints is not None:
             stage = functools.partial(spec.checkpoints.stage, spec.index)
@@ -310,9 +322,22 @@ class OperatorActor:
         # A bad block fails the job through wait(), like an operator error (see _spawn). Room
         # first, then the item goes in at once: the reader's position always matches what the
         # gate holds, whenever a barrier comes in between.
+        if self._peers is not None:
+            await route_items(reader, self._split_channels(), self._peer_key, self._between_items)
+            return
         async for kind, payload in reader.items():
             await self._gate.room(0)
             self._gate.file(0, kind, payload)
+
+    def _split_channels(self) -> list[Any]:
+        """Where this instance's split goes by key: its own input, or a peer's, on channel ``index``."""
+        if not hasattr(self, "_channels"):
+            index = self.spec.index
+            self._channels = [
+                LocalChannel(self._gate, index) if i == index else ChannelSender(peer, index, credits=self.spec.credits)
+                for i, peer in enumerate(self._peers or [])
+            ]
+        return self._channels
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -322,6 +347,15 @@ class OperatorActor:
         if reader is None or reader.ended:
             self.spec.coordinator.decline.remote(self.spec.attempt, checkpoint_id, self.spec.task,
                                                  "its input has ended" if reader is not None else "it reads no source")
+            return
+        if self._peers is not None:
+            await self._between_items.wait()  # the parts of one batch go out before the barrier
+            if reader.ended:
+                self.spec.coordinator.decline.remote(self.spec.attempt, checkpoint_id, self.spec.task, "its input has ended")
+                return
+            self._reader_states[checkpoint_id] = reader.state()
+            for channel in self._split_channels():
+                channel.send_now("barrier", checkpoint_id)
             return
         self._reader_states[checkpoint_id] = reader.state()
         self._gate.file(0, "barrier", checkpoint_id)

@@ -4,7 +4,9 @@
 position is ``(block, row)``: how many blocks it has finished and how many rows of the current
 one it has handed on, so a restore can rewind to exactly where a checkpoint was taken. The first
 stage's operator actors run a reader themselves when the source is chained into them (same
-parallelism, forward); otherwise a ``SourceActor`` runs it and sends over channels.
+parallelism, forward), or when the first stage is keyed and has the source's parallelism: each
+then routes its split by key, its own keys into its own input and the others' to them
+(``route_items``). Otherwise a ``SourceActor`` runs the reader and sends over channels.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .channel import ChannelSender
 from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
 
-__all__ = ["BlockReader", "SourceActor", "event_time_ms"]
+__all__ = ["BlockReader", "LocalChannel", "SourceActor", "event_time_ms", "route_items"]
 
 
 def event_time_ms(table: pa.Table, column: str) -> pa.Array:
@@ -164,6 +166,49 @@ class BlockReader:
         yield "end", None
 
 
+class LocalChannel:
+    """A channel into this actor's own input gate, for a reader that routes some items to itself."""
+
+    def __init__(self, gate: Any, channel_id: int) -> None:
+        self._gate, self.channel_id = gate, channel_id
+
+    async def send(self, kind: str, payload: Any) -> None:
+        # Room first, then the item goes in at once, as the chained reader files them.
+        await self._gate.room(self.channel_id)
+        self._gate.file(self.channel_id, kind, payload)
+
+    def send_now(self, kind: str, payload: Any) -> None:
+        self._gate.file(self.channel_id, kind, payload)
+
+    async def flush(self) -> None:
+        return None
+
+
+async def route_items(reader: BlockReader, senders: list[Any], router: KeyRouter | None, between_items: asyncio.Event) -> None:
+    """Send ``reader``'s items over ``senders``: batches round-robin, or by key with ``router``;
+    watermarks, statuses and the end to all of them. ``between_items`` is clear while the parts of
+    one item go out, so that a checkpoint barrier only ever comes between two items."""
+    turn = 0
+    async for kind, payload in reader.items():
+        if kind == "records" and router is None:
+            # A barrier may overtake a batch that waits for credit: it has no number yet.
+            await senders[turn].send(kind, payload)
+            turn = (turn + 1) % len(senders)
+            continue
+        between_items.clear()
+        if kind == "records":
+            assert router is not None
+            for sender, part in zip(senders, router.split(payload, len(senders))):
+                if part.num_rows:
+                    await sender.send(kind, part)
+        else:
+            for sender in senders:
+                await sender.send(kind, payload)
+        between_items.set()
+    for sender in senders:
+        await sender.flush()
+
+
 def _item(element: Any) -> tuple[str, Any]:
     if isinstance(element, WatermarkStatus):
         return "status", element.idle
@@ -238,28 +283,6 @@ class SourceActor:
     async def run(self) -> dict[str, Any]:
         """Batches go round-robin over the targets, or by key with ``key``; watermarks, statuses
         and the end go to all of them."""
-        senders = self._senders
-        router = self._router
-        turn = 0
         reader = self._connected_reader()
-        async for kind, payload in reader.items():
-            if kind == "records" and router is None:
-                # A barrier may overtake a batch that waits for credit: it has no number yet.
-                await senders[turn].send(kind, payload)
-                turn = (turn + 1) % len(senders)
-                continue
-            # A barrier goes between two items: all parts of an item sent to several targets
-            # go out first.
-            self._between_items.clear()
-            if kind == "records":
-                assert router is not None
-                for sender, part in zip(senders, router.split(payload, len(senders))):
-                    if part.num_rows:
-                        await sender.send(kind, part)
-            else:
-                for sender in senders:
-                    await sender.send(kind, payload)
-            self._between_items.set()
-        for sender in senders:
-            await sender.flush()
+        await route_items(reader, self._senders, self._router, self._between_items)
         return {"name": self.name, "rows_sent": reader.rows_read}

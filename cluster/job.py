@@ -283,6 +283,10 @@ class _Attempt:
         stages = graph.stages()
         source = graph.source
         chained_source = stages[0].partitioning == "forward"
+        # A keyed first stage with the source's parallelism reads the source itself too: each
+        # instance routes its split by key over the stage, and no source actors start.
+        keyed_source = stages[0].partitioning == "hash" and source.parallelism == stages[0].parallelism
+        reads_source = chained_source or keyed_source
         # Create stages from the last to the first, so every actor knows its downstream. Actor
         # creation does not block: all the processes start at once.
         downstream: list[Any] | None = None
@@ -321,12 +325,12 @@ class _Attempt:
             for i, actor in enumerate(actors):
                 targets = None if downstream is None else (
                     [downstream[i]] if downstream_partitioning == "forward" else downstream)
-                wiring.append((actor, targets, position == 0 and chained_source, i))
+                wiring.append((actor, targets, position == 0 and reads_source, i))
             downstream = actors
             downstream_partitioning = stage.partitioning
 
         first = self.stage_actors[0]
-        if not chained_source:
+        if not reads_source:
             for i in range(source.parallelism):
                 name = instance_name(job, source.name, i, source.parallelism, self.number)
                 handle = _remote(SourceActor, name, self.placement).remote(
@@ -343,8 +347,9 @@ class _Attempt:
         # The processes start while the input is prepared (a Spark DataFrame's snapshot).
         splits = graph.splits()
         connects = [
-            actor.connect.remote(targets, _reader(source, splits[i], i) if reads_source else None)
-            for actor, targets, reads_source, i in wiring
+            actor.connect.remote(targets, _reader(source, splits[i], i), first, stages[0].key) if reads and keyed_source
+            else actor.connect.remote(targets, _reader(source, splits[i], i) if reads else None)
+            for actor, targets, reads, i in wiring
         ]
         connects += [handle.connect.remote(first, i, _reader(source, splits[i], i)) for i, handle in enumerate(self.sources)]
         ray.get(connects)
@@ -352,7 +357,7 @@ class _Attempt:
             for actor in self.stage_actors[-1]:
                 self._drain(actor)
         if self.coordinator is not None:
-            readers = first if chained_source else self.sources
+            readers = first if reads_source else self.sources
             ray.get(self.coordinator.configure.remote(self.number, tasks, readers, self.handles))
         ray.get([a.start.remote() for actors in self.stage_actors for a in actors])
         self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for actors in self.stage_actors for a in actors]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -104,6 +105,34 @@ def test_window_counts_are_exact_per_key_and_window_after_restarts(ray_session, 
     assert result.to_arrow().num_rows == len(want)  # one firing per key and window, not two
     assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills)
 
+
+
+def test_a_keyed_stage_that_reads_the_source_itself_recovers_exactly(ray_session, tmp_path):
+    # key_by straight after the source, with its parallelism: each window instance reads a split
+    # and routes it by key over both, itself included; no source actors run.
+    n = 20_000
+    tables = [t.append_column("one", pa.array([1] * t.num_rows)) for t in _clicks(n)]
+
+    def slow_count(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.0002)  # slow enough for kills and checkpoints to land mid-stream
+        return {"one": a["one"] + b["one"]}
+
+    stream = (
+        from_arrow(tables, parallelism=2, batch_size=200, timestamp_column="ts", job_name="chaos-keyed-read")
+        .key_by("user", parallelism=2).window(TumblingEventTimeWindows.of(5_000)).reduce(slow_count)
+    )
+    with ChaosMonkey("chaos-keyed-read", every_s=1.0, max_kills=2, first_after_s=0.8, seed=5) as monkey:
+        result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
+    assert [f for f in result.figures if "rows_sent" in f] == [] and len(result.figures) == 2
+    got = Counter()
+    for row in result.to_arrow().to_pylist():
+        got[(row["user"], row["window_start"])] += row["one"]
+    want = Counter((u, (t // 5_000) * 5_000) for u, t in zip(*(pa.concat_tables(tables).column(c).to_pylist()
+                                                              for c in ("user", "ts"))))
+    assert got == want
+    assert result.to_arrow().num_rows == len(want)  # one firing per key and window, not two
+    assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills), (monkey.kills, result.failures)
+    assert result.checkpoints["completed"], result.checkpoints
 
 def _kill_in_turn(directory: Path, job: str, n: int, interval_ms: int, kills: list[tuple[str, int]]) -> Any:
     """Run the enrichment of ``n`` clicks; kill each named instance once it has taken in that
