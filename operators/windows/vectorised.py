@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -164,7 +165,7 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
         exists.append(has)
         fireds.append(fired)
     assert late is not None
-    rows = pa.array(range(table.num_rows), pa.int64())
+    rows = pa.array(np.arange(table.num_rows, dtype=np.int64))
     if op._panes or can_use_panes(op):
         _add_to_panes(op, table, ts, rows, starts, exists, fireds)
         return

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -45,7 +46,7 @@ def session_groups(
     if any(table.column(k).null_count for k in keys):
         return None
     ts = pa.chunked_array([ts]) if isinstance(ts, pa.Array) else ts
-    rows = pa.array(range(table.num_rows), pa.int64())
+    rows = pa.array(np.arange(table.num_rows, dtype=np.int64))
     threshold = max(op._watermark - gap + 1, MIN_TIMESTAMP)
     early = pc.less_equal(ts, pa.scalar(threshold, pa.int64()))
     fallback_rows = pc.indices_nonzero(early).to_pylist()
