@@ -111,8 +111,11 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
         address="local" if address is None else address,
         # A cluster's workers do not inherit this process's environment; the variable stops the
         # log echo loop described in _prepare_process_environment.
+        # A local Ray's workers import what the actors need as they start, before a job takes
+        # them (see cluster.warm_workers.prepare_worker).
         runtime_env=(
-            None if address is None else {"env_vars": {"RAY_LOG_TO_DRIVER": "0"}}
+            {"worker_process_setup_hook": "cluster.warm_workers.prepare_worker"} if address is None
+            else {"env_vars": {"RAY_LOG_TO_DRIVER": "0"}}
         ),
         # Only a local Ray may be sized from here; a cluster's resources are the cluster's.
         num_cpus=num_cpus if address is None else None,

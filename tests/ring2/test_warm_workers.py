@@ -63,3 +63,21 @@ def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray
     assert len(actors) == 2
     # Each actor ran in a process that existed, idle, before its job began: none waited for a new one.
     assert {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
+
+
+def test_a_new_worker_has_imported_what_the_actors_need_before_a_job_uses_it(ray_session):
+    import ray
+
+    # Defined here, so that Ray ships it by value and the worker imports no test module for it.
+    @ray.remote
+    class Probe:
+        def imported(self):
+            import sys
+
+            return [m for m in ("pandas", "actors.operator_actor", "operators.windows") if m in sys.modules]
+
+    probe = Probe.remote()
+    try:
+        assert ray.get(probe.imported.remote()) == ["pandas", "actors.operator_actor", "operators.windows"]
+    finally:
+        ray.kill(probe)
