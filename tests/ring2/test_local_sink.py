@@ -73,3 +73,40 @@ def test_a_drain_that_starts_late_gets_what_came_before_it_first():
         return out
 
     assert asyncio.run(run()) == list(range(2_000))
+
+
+def _through_batching_output(schema, steps):
+    """Rows and tables collected in ``steps`` order, as the last stage's sink keeps them."""
+    from actors.output import BatchingOutput, Outbox, Partitioner
+    from operators.elements import Record
+
+    async def run():
+        sink = LocalSink()
+        outbox = Outbox([sink], max_pending=100, on_room=lambda: None)
+        output = BatchingOutput(outbox, Partitioner("forward", 1), batch_size=2, schema=schema, side=lambda t, v: None)
+        for step in steps:
+            if isinstance(step, dict):
+                output.collect(Record(step, 7))
+            else:
+                output.collect_table(step, pa.array([9] * step.num_rows, pa.int64()))
+        output.flush()
+        await outbox.close()
+        sink.end()
+        return sink.table()
+
+    return asyncio.run(run())
+
+
+def test_a_collected_table_follows_the_rows_collected_before_it_with_the_types_rows_would_take():
+    table = pa.table({"user": pa.array([1, 2, 3], pa.int32()), "avg": pa.array([0.5, None, 2.0], pa.float32())})
+    steps = [{"user": 0, "avg": 1.5}, table, {"user": 4, "avg": None}]
+    as_rows = _through_batching_output(None, [{"user": 0, "avg": 1.5}, *table.to_pylist(), {"user": 4, "avg": None}])
+    got = _through_batching_output(None, steps)
+    assert got.equals(as_rows) and got.column("user").to_pylist() == [0, 1, 2, 3, 4]
+    assert got.schema.field("user").type == pa.int64() and got.schema.field("avg").type == pa.float64()
+
+
+def test_a_collected_table_meets_an_exact_output_schema_row_by_row():
+    schema = pa.schema([("user", pa.int16()), ("avg", pa.float64())])
+    got = _through_batching_output(schema, [pa.table({"user": pa.array([1, 2], pa.int64()), "avg": [0.5, 1.0]})])
+    assert got.schema == schema and got.column("user").to_pylist() == [1, 2]
