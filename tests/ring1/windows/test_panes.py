@@ -7,42 +7,16 @@ from hypothesis import strategies as st
 import pytest
 
 from operators import OperatorHarness, harness
-from operators.windows import Count, SlidingEventTimeWindows, Sum, TumblingEventTimeWindows, WindowOperator
+from operators.windows import Count, Sum, TumblingEventTimeWindows, WindowOperator
 from operators.windows.panes import Panes
-from tests.ring1.windows.test_vectorised import AGGREGATES, Spy, batch
+from tests.ring1.windows.test_vectorised import Spy, batch, draw_windows_and_stream
 
 
 @st.composite
 def streams(draw):
     """Tumbling or sliding windows without allowed lateness, a stream with late rows, and where
-    a snapshot is taken and which rows come one by one instead of in their batch."""
-    size = draw(st.integers(1, 30))
-    sliding = draw(st.booleans())
-    slide = draw(st.integers(1, size)) if sliding else size
-    offset = draw(st.integers(-(slide - 1), slide - 1))
-    assigner = SlidingEventTimeWindows(size, slide, offset) if sliding else TumblingEventTimeWindows(size, offset)
-    aggregate = draw(st.sampled_from(AGGREGATES))
-    key = draw(st.sampled_from(["user", ("user", "region")]))
-    tag = draw(st.sampled_from([None, "late"]))
-    bound = draw(st.integers(0, 25))
-
-    def make_op():
-        return Spy(key, assigner, aggregate=aggregate, late_data_tag=tag)
-
-    steps = []
-    top = draw(st.integers(-50, 50))
-    wm = top - bound - 1
-    for _ in range(draw(st.integers(1, 8))):
-        rows = []
-        for _ in range(draw(st.integers(0, 12))):
-            top = max(top, top + draw(st.integers(-3, 8)))
-            ts = wm - draw(st.integers(-2, size + 2)) if draw(st.integers(0, 4)) == 0 else top - draw(st.integers(0, bound))
-            rows.append((draw(st.sampled_from("abc")), draw(st.integers(0, 1)), draw(st.one_of(st.none(), st.integers(-100, 100))), ts))
-        steps.append(rows)
-        if draw(st.booleans()):
-            wm = max(wm, top - bound - 1)
-            steps.append(wm)
-    steps.append(top + 1000)
+    a snapshot is taken and which batches come row by row instead."""
+    make_op, steps = draw_windows_and_stream(draw, lateness=0, operator=Spy)
     snapshot_at = draw(st.integers(0, len(steps)))
     one_by_one = draw(st.sets(st.integers(0, len(steps) - 1), max_size=2))
     return make_op, steps, snapshot_at, one_by_one

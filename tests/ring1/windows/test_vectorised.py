@@ -139,8 +139,10 @@ AGGREGATES = [
 ]
 
 
-@st.composite
-def operators_and_streams(draw):
+def draw_windows_and_stream(draw, *, lateness=None, operator=WindowOperator):
+    """A tumbling or sliding window operator's factory (allowed lateness drawn unless given) and a
+    stream for it: batches of rows, out of order within a bound, some around the watermark (on
+    time, at a fired window's end, late but allowed, too late), and watermarks."""
     size = draw(st.integers(1, 30))
     sliding = draw(st.booleans())
     slide = draw(st.integers(1, size)) if sliding else size
@@ -148,12 +150,12 @@ def operators_and_streams(draw):
     assigner = SlidingEventTimeWindows(size, slide, offset) if sliding else TumblingEventTimeWindows(size, offset)
     aggregate = draw(st.sampled_from(AGGREGATES))
     key = draw(st.sampled_from(["user", ("user", "region")]))
-    lateness = draw(st.integers(0, 20))
+    lateness = draw(st.integers(0, 20)) if lateness is None else lateness
     tag = draw(st.sampled_from([None, "late"]))
     bound = draw(st.integers(0, 25))  # how far out of order records may be behind the largest so far
 
     def make_op():
-        return WindowOperator(key, assigner, aggregate=aggregate, allowed_lateness_ms=lateness, late_data_tag=tag)
+        return operator(key, assigner, aggregate=aggregate, allowed_lateness_ms=lateness, late_data_tag=tag)
 
     steps = []
     top = draw(st.integers(-50, 50))
@@ -163,7 +165,6 @@ def operators_and_streams(draw):
         for _ in range(draw(st.integers(0, 12))):
             top = max(top, top + draw(st.integers(-3, 8)))
             if draw(st.integers(0, 4)) == 0:
-                # around the watermark: on time, at a fired window's end, late but allowed, too late
                 ts = wm - draw(st.integers(-2, size + lateness + 2))
             else:
                 ts = top - draw(st.integers(0, bound))
@@ -175,6 +176,11 @@ def operators_and_streams(draw):
             steps.append(wm)
     steps.append(top + 1000)
     return make_op, steps
+
+
+@st.composite
+def operators_and_streams(draw):
+    return draw_windows_and_stream(draw)
 
 
 @settings(max_examples=200, deadline=None)
