@@ -50,10 +50,10 @@ from operators.watermarks import StatusWatermarkValve
 from .arrow_rows import is_bare, table_to_rows
 from .channel import ChannelSender, InputGate
 from .metrics import OperatorMetricsExporter
+from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner
 from .processing_time import AsyncioProcessingTimeService
-from .keys import KeyRouter, as_router
 from .source_actor import BlockReader, LocalChannel, route_items
 
 __all__ = ["ChainSpec", "OperatorActor"]
@@ -150,7 +150,6 @@ class OperatorActor:
             raise ValueError(f"{self.name}: a keyed read needs a key and one peer per input, got {len(peers)} for {spec.num_inputs}")
         self._downstream = downstream
         self._reader = reader
-        self._peers = peers
         self._peer_key = as_router(key)
         self._between_items = asyncio.Event()
         self._between_items.set()
@@ -160,6 +159,12 @@ class OperatorActor:
         self._local_sink = LocalSink(stage) if downstream is None else None
         # The gate exists before any upstream actor can push into it.
         self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity, on_item=self._wake)
+        # A keyed read: where this instance's split goes by key, its own input or a peer's,
+        # always on channel `index`.
+        self._split_channels: list[Any] | None = None if peers is None else [
+            LocalChannel(self._gate, spec.index) if i == spec.index else ChannelSender(peer, spec.index, credits=spec.credits)
+            for i, peer in enumerate(peers)
+        ]
         self._restored: dict[str, Any] | None = None
         if spec.restore is not None:
             data = await asyncio.to_thread(spec.checkpoints.read_state, spec.restore, spec.task)
@@ -322,22 +327,12 @@ class OperatorActor:
         # A bad block fails the job through wait(), like an operator error (see _spawn). Room
         # first, then the item goes in at once: the reader's position always matches what the
         # gate holds, whenever a barrier comes in between.
-        if self._peers is not None:
-            await route_items(reader, self._split_channels(), self._peer_key, self._between_items)
+        if self._split_channels is not None:
+            await route_items(reader, self._split_channels, self._peer_key, self._between_items)
             return
         async for kind, payload in reader.items():
             await self._gate.room(0)
             self._gate.file(0, kind, payload)
-
-    def _split_channels(self) -> list[Any]:
-        """Where this instance's split goes by key: its own input, or a peer's, on channel ``index``."""
-        if not hasattr(self, "_channels"):
-            index = self.spec.index
-            self._channels = [
-                LocalChannel(self._gate, index) if i == index else ChannelSender(peer, index, credits=self.spec.credits)
-                for i, peer in enumerate(self._peers or [])
-            ]
-        return self._channels
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -348,13 +343,13 @@ class OperatorActor:
             self.spec.coordinator.decline.remote(self.spec.attempt, checkpoint_id, self.spec.task,
                                                  "its input has ended" if reader is not None else "it reads no source")
             return
-        if self._peers is not None:
+        if self._split_channels is not None:
             await self._between_items.wait()  # the parts of one batch go out before the barrier
             if reader.ended:
                 self.spec.coordinator.decline.remote(self.spec.attempt, checkpoint_id, self.spec.task, "its input has ended")
                 return
             self._reader_states[checkpoint_id] = reader.state()
-            for channel in self._split_channels():
+            for channel in self._split_channels:
                 channel.send_now("barrier", checkpoint_id)
             return
         self._reader_states[checkpoint_id] = reader.state()
