@@ -43,6 +43,9 @@ _log = logging.getLogger(__name__)
 # batches do not become thousands of Spark tasks, and a huge result does not become one task
 # that a 1g executor cannot hold.
 _TARGET_PARTITION_BYTES = 64 * 1024 * 1024
+# Output blocks up to this much in all are conformed in the driver: scheduling Ray tasks for them
+# (and perhaps starting their workers) would take longer than the work.
+_LOCAL_CONFORM_BYTES = 16 * 1024 * 1024
 
 TablesOrRefs = Union[Sequence[pa.Table], Sequence["ray.ObjectRef"]]
 
@@ -243,7 +246,10 @@ def tables_to_dataframe(
         block_refs = [ray.put(blob) for blob in blobs]
     elif all(isinstance(table, ray.ObjectRef) for table in tables):
         refs: list[ray.ObjectRef] = list(tables)  # type: ignore[arg-type]
-        groups = _contiguous_groups(_object_sizes(refs))
+        sizes = _object_sizes(refs)
+        if sum(sizes) <= _LOCAL_CONFORM_BYTES:
+            return tables_to_dataframe(spark, ray.get(refs), schema, fill_missing=fill_missing, on_read=on_read)
+        groups = _contiguous_groups(sizes)
         convert = _remote_conform_to_ipc()
         pending = [convert.remote(target, fill_missing, *[refs[i] for i in group]) for group in groups]
         block_refs = [blob_ref for blob_ref, _ in pending]
