@@ -15,11 +15,13 @@ The raylet starts at most as many worker processes at once as it has CPUs (its
 goes out in chunks of that size, a second apart, from a background thread.
 
 A local Ray started by ``spark_bridge.ensure_ray`` also has every new worker run
-``prepare_worker`` as it starts (Ray's ``worker_process_setup_hook``): it imports the actors'
-modules and pandas, which pyarrow imports at its first conversion of a Python value. A prestarted
-worker has done so before the next job begins; otherwise each actor would, on the job's critical
-path. The request for prestarted workers carries the job's runtime environment, which that hook
-is part of, so that they match the job's actors.
+``prepare_worker`` as it starts (Ray's ``worker_process_setup_hook``): a thread imports the
+actors' modules and pandas, which pyarrow imports at its first conversion of a Python value. A
+prestarted worker has done so before the next job begins; otherwise each actor would, on the
+job's critical path. In a thread, so that a job that comes at once (its predecessor's workers
+still starting) finds them ready, and waits only for the modules it needs. The request for
+prestarted workers carries the job's runtime environment, which that hook is part of, so that
+they match the job's actors.
 
 It is an optimisation only: where it cannot apply (Ray Client, a job-level runtime environment,
 whose workers a prestarted one would not match, or a raylet that refuses), nothing happens,
@@ -112,14 +114,21 @@ def _request_rest(address: str, job_id: bytes, env: str, keep_alive_s: int, rest
 
 
 def prepare_worker() -> None:
-    """Import in a new Ray worker what a job's actors import first; a failure here costs nothing
-    but the time saved (the actor imports what it needs itself)."""
-    try:
-        import pandas  # noqa: F401 - pyarrow's first conversion of a Python value imports it: 0.2-0.3 s
+    """Start importing, in a new Ray worker, what a job's actors import first.
 
+    In a thread of its own: the worker is ready for an actor at once, and an actor that comes
+    before the imports are done waits only for the modules it needs, while they load.
+    """
+    threading.Thread(target=_import_for_actors, name="actorflow imports", daemon=True).start()
+
+
+def _import_for_actors() -> None:
+    # A failure costs nothing but the time saved: the actor imports what it needs itself.
+    try:
         import actors.operator_actor  # noqa: F401
         import actors.source_actor  # noqa: F401
         import operators.windows  # noqa: F401
+        import pandas  # noqa: F401 - pyarrow's first conversion of a Python value imports it: 0.2-0.3 s
     except Exception as error:  # noqa: BLE001 - an optimisation only
         _log.debug("preparing a Ray worker failed: %s", error)
 

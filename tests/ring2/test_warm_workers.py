@@ -77,7 +77,9 @@ def test_a_new_worker_has_imported_what_the_actors_need_before_a_job_uses_it(ray
             return [m for m in ("pandas", "actors.operator_actor", "operators.windows") if m in sys.modules]
 
     probe = Probe.remote()
+    everything = ["pandas", "actors.operator_actor", "operators.windows"]
     try:
-        assert ray.get(probe.imported.remote()) == ["pandas", "actors.operator_actor", "operators.windows"]
+        # The worker imports them in a thread of its own as it starts: soon, not necessarily yet.
+        poll(lambda: ray.get(probe.imported.remote()) == everything or None, timeout_s=30)
     finally:
         ray.kill(probe)
