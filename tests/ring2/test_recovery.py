@@ -40,6 +40,12 @@ async def _enrich(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**row, "score": row["click"] * 3 + 1}]
 
 
+async def _enrich_slowly(row: dict[str, Any]) -> list[dict[str, Any]]:
+    # For jobs that must still run when a kill comes at a given time, however fast actors start.
+    await asyncio.sleep(0.005)
+    return [{**row, "score": row["click"] * 3 + 1}]
+
+
 def _expected_enriched(n: int) -> pa.Table:
     table = pa.concat_tables(_clicks(n))
     return table.append_column("score", pa.array([c * 3 + 1 for c in table.column("click").to_pylist()]))
@@ -71,7 +77,7 @@ def _check_sequences(table: pa.Table) -> None:
 def test_random_kills_of_an_ordered_enrichment_lose_and_duplicate_nothing(ray_session, tmp_path):
     n = 30_000
     stream = from_arrow(_clicks(n), parallelism=2, batch_size=250, job_name="chaos-ordered").async_map(
-        _enrich, capacity=40)
+        _enrich_slowly, capacity=40)
     with ChaosMonkey("chaos-ordered", every_s=1.5, max_kills=3, first_after_s=1.0, seed=1) as monkey:
         result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
     table = result.to_arrow()
@@ -264,7 +270,7 @@ def test_checkpoints_go_to_any_pyarrow_filesystem(ray_session, tmp_path):
     # A SubTreeFileSystem rooted in a directory: every actor writes through the same object.
     filesystem = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
     n = 6_000
-    stream = from_arrow(_clicks(n), parallelism=2, batch_size=100, job_name="subtree").async_map(_enrich, capacity=10)
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=100, job_name="subtree").async_map(_enrich_slowly, capacity=10)
     thread, outcome = _run(stream, checkpoint_interval_ms=200, checkpoint_dir="chk", checkpoint_filesystem=filesystem)
     actor = poll(lambda: find_actor("subtree/async_map[0/2]"))
     poll(lambda: ray.get(actor.checkpoints_done.remote()) >= 2)
