@@ -315,10 +315,9 @@ class BatchingOutput:
             if self._partitioner.kind == "hash":
                 for target, part in enumerate(self._partitioner.split(batch)):
                     if part.num_rows:
-                        self._outbox.put(target, "records", part)
+                        self._put(target, part)
             else:
-                channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else 0
-                self._outbox.put(channel, "records", batch)
+                self._put(0, batch)
 
     def emit_watermark(self, watermark: Watermark) -> None:
         # Records before the watermark must leave before it, on every channel.
@@ -355,5 +354,9 @@ class BatchingOutput:
         self._values[target], self._timestamps[target], self._origins[target] = [], [], []
         batch = rows_to_batch(values, timestamps, self._schema, self._tracker, origins)
         self.records_out += batch.num_rows
+        self._put(target, batch)
+
+    def _put(self, target: int, batch: RowBatch) -> None:
+        # Rebalancing picks a channel per batch; otherwise the target is the channel.
         channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else target
         self._outbox.put(channel, "records", batch)

@@ -31,7 +31,7 @@ from .functions import Aggregations, BuiltinAggregate
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
 
-__all__ = ["Panes", "ROW", "START", "can_use_panes", "fired_windows"]
+__all__ = ["Panes", "ROW", "START", "can_use_panes", "fired_windows", "group_rows"]
 
 ROW = "__actorflow_row"
 START = "__actorflow_window_start"
@@ -127,16 +127,6 @@ class Panes:
 
     # ------------------------------------------------------------------ results
 
-    def accumulator_rows(self, table: pa.Table) -> list[tuple[Any, int, list[Any]]]:
-        """``(key, window start, accumulators)`` per row of a merged table, as the dict state holds them."""
-        cols = {name: table.column(name).to_pylist() for name in table.schema.names}
-        key_cols = [cols[k] for k in self.keys]
-        out = []
-        for i, (start, n) in enumerate(zip(cols[START], cols[_COUNT])):
-            key = key_cols[0][i] if len(self.keys) == 1 else tuple(c[i] for c in key_cols)
-            out.append((key, start, accumulators(cols, i, self.parts, n)))
-        return out
-
     def result_columns(self, table: pa.Table) -> list[pa.Array]:
         """Each part's result over a merged table, as the per-record path's ``get_result`` gives it."""
         results: list[pa.Array] = []
@@ -148,6 +138,18 @@ class Panes:
             else:
                 results.append(_mean(_array(table.column(f"{p.field}_sum")), _array(table.column(f"{p.field}_count"))))
         return results
+
+
+def group_rows(table: pa.Table, keys: list[str], parts: list[BuiltinAggregate]) -> list[tuple[int, Any, int, list[Any]]]:
+    """``(first row, key, window start, accumulators)`` per row of a table of partial aggregates
+    (as ``Panes`` keeps them), the accumulators as the dict state holds them."""
+    cols = {name: table.column(name).to_pylist() for name in table.schema.names}
+    key_cols = [cols[k] for k in keys]
+    out = []
+    for i, (first, start, n) in enumerate(zip(cols[_FIRST], cols[START], cols[_COUNT])):
+        key = key_cols[0][i] if len(keys) == 1 else tuple(c[i] for c in key_cols)
+        out.append((first, key, start, accumulators(cols, i, parts, n)))
+    return out
 
 
 def _array(column: pa.ChunkedArray) -> pa.Array:

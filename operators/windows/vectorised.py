@@ -42,8 +42,8 @@ from ..errors import SchemaError
 from .assigners import EventTimeSessionWindows, SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
 from .functions import Aggregations, BuiltinAggregate
 from .triggers import EventTimeTrigger
-from .arrow_aggregates import accumulators, group_aggregations
-from .panes import ROW as _ROW, START as _START, Panes, can_use_panes
+from .arrow_aggregates import group_aggregations
+from .panes import ROW as _ROW, START as _START, Panes, can_use_panes, group_rows
 from .vectorised_sessions import add_session_partial, session_groups
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def move_panes_to_dict(op: "WindowOperator") -> None:
     if not panes:
         return
     size = panes.size_ms
-    for key, start, accs in panes.accumulator_rows(panes.take_all()):
+    for _, key, start, accs in group_rows(panes.take_all(), panes.keys, panes.parts):
         _add_partial(op, key, TimeWindow(start, start + size), accs)
 
 
@@ -251,14 +251,7 @@ def _pre_aggregate(assigned: pa.Table, keys: list[str], parts: list[BuiltinAggre
         return []
     aggregations = group_aggregations(parts, [(_ROW, "min"), (_ROW, "count")])
     result = assigned.group_by([*keys, _START], use_threads=False).aggregate(aggregations)
-    result = result.sort_by([(f"{_ROW}_min", "ascending"), (_START, "descending")])
-    cols = {name: result.column(name).to_pylist() for name in result.schema.names}
-    key_cols = [cols[k] for k in keys]
-    out = []
-    for i, (first, start, n) in enumerate(zip(cols[f"{_ROW}_min"], cols[_START], cols[f"{_ROW}_count"])):
-        key = key_cols[0][i] if len(keys) == 1 else tuple(c[i] for c in key_cols)
-        out.append((first, key, start, accumulators(cols, i, parts, n)))
-    return out
+    return group_rows(result.sort_by([(f"{_ROW}_min", "ascending"), (_START, "descending")]), keys, parts)
 
 
 def _add_partial(op: "WindowOperator", key: Any, window: TimeWindow, accs: list[Any]) -> None:

@@ -49,7 +49,7 @@ from .contexts import WindowContexts
 from .evictors import CountEvictor, Evictor, TimestampedValue
 from .functions import AggregateFunction, Aggregations, ProcessWindowFunction
 from .merging import MergingWindowSet
-from .panes import Panes, fired_windows
+from .panes import Panes, fired_windows, group_rows
 from .records import event_time_of, key_function, key_of, record_error
 from .triggers import CountTrigger, PurgingTrigger, Trigger, TriggerResult
 
@@ -455,7 +455,7 @@ class WindowOperator(StreamOperator):
         assert agg is not None
         several = isinstance(agg, Aggregations)
         collect = self.output.collect
-        for key, start, accs in panes.accumulator_rows(table):
+        for _, key, start, accs in group_rows(table, panes.keys, panes.parts):
             window = TimeWindow(start, start + panes.size_ms)
             result = agg.get_result(accs if several else accs[0])
             collect(Record(self.output_row(key, window, result), window.max_timestamp()))
