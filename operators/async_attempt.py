@@ -30,9 +30,10 @@ from typing import Any, Callable, Protocol, Sequence
 
 from .async_function import ResultFuture
 from .errors import RecordError, describe_value
+from .mailbox_processor import CoalescingInbox
 from .operator import OperatorContext, OperatorMetrics
 from .retry import RetryStrategy
-from .timers import TimerHandle
+from .timers import DeadlineQueue, TimerHandle
 
 __all__ = ["DEAD_LETTER", "AttemptHandler", "DeadLetter", "copy_input"]
 
@@ -87,6 +88,8 @@ class _Operator(Protocol):
     context: OperatorContext
     metrics: OperatorMetrics
     retry: RetryStrategy
+    completions: CoalescingInbox
+    deadlines: DeadlineQueue
 
     @property
     def has_failed(self) -> bool: ...
@@ -170,7 +173,8 @@ class AttemptHandler:
             if self.deadline_ms <= now:
                 self.time_out()
                 return
-            self.timeout_timer = self.op.context.processing_time.register_timer(self.deadline_ms, self.on_timeout)
+            if not self.op.deadlines.add(self):
+                self.timeout_timer = self.op.context.processing_time.register_timer(self.deadline_ms, self.on_timeout)
         if retry_in_ms is not None:
             self.attempt -= 1  # on_retry_timer counts the attempt it starts
             self._wait_for_retry(now + retry_in_ms)
@@ -180,17 +184,17 @@ class AttemptHandler:
 
     def invoke(self) -> None:
         attempt = self.attempt
-        executor = self.op.context.mailbox_executor
+        completions = self.op.completions
         try:
             inputs = self.prepare_inputs()
         except RecordError as error:
             # Final: another attempt would fail to copy the same input again.
             self.future = None
-            executor.execute(self.on_input_error, "async input error", attempt, error)
+            completions.put(self.on_input_error, attempt, error)
             return
 
         def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
-            executor.execute_if_open(self.on_attempt_complete, "async result", attempt, results, error)
+            completions.put(self.on_attempt_complete, attempt, results, error)
 
         self.future = future = self.new_future(deliver)
         try:
@@ -259,10 +263,10 @@ class AttemptHandler:
             self.future.abandon()
         self.state = _State.TIMING_OUT
         self.op.metrics.timeouts += 1
-        executor = self.op.context.mailbox_executor
+        completions = self.op.completions
 
         def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
-            executor.execute_if_open(self.on_timeout_complete, "async timeout outcome", results, error)
+            completions.put(self.on_timeout_complete, results, error)
 
         try:
             # Before the future: a batch leaves out the records that cannot be copied, and its
@@ -290,8 +294,10 @@ class AttemptHandler:
     def finish(self, kind: str, payload: Any) -> None:
         self.state = _State.DONE
         self.future = None  # its delivery closure refers back to this handler
-        if self.timeout_timer is not None:
-            self.timeout_timer.cancel()
+        timer = self.timeout_timer
+        if timer is not None:
+            self.timeout_timer = None
+            timer.cancel()
         if self.retry_timer is not None:
             self.retry_timer.cancel()
         self.on_outcome(kind, payload)

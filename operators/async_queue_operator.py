@@ -24,13 +24,17 @@ from .async_attempt import DEAD_LETTER, DeadLetter
 from .elements import Record, Watermark
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
 from .operator import StreamOperator
+from .mailbox_processor import CoalescingInbox
 from .ordered_queue import OrderedQueue
 from .request_keys import request_key
 from .retry import NoRetry, RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
+from .timers import DeadlineQueue
 from .unordered_queue import UnorderedQueue
 
 __all__ = ["AsyncQueueOperator", "Pending"]
+
+_COMPLETIONS_PER_MAIL = 64
 
 
 class Pending:
@@ -91,6 +95,11 @@ class AsyncQueueOperator(StreamOperator):
 
     def _open_queue(self, size: int) -> None:
         self.queue: OrderedQueue | UnorderedQueue = OrderedQueue(size) if self.mode == "ordered" else UnorderedQueue(size)
+        # Outcomes of requests (and of timeouts) re-enter through the mailbox, in arrival order;
+        # a burst of them shares a mail.
+        self.completions = CoalescingInbox(self.context.mailbox_executor, f"{self.name}: async results",
+                                           per_mail=_COMPLETIONS_PER_MAIL)
+        self.deadlines = DeadlineQueue(self.context.processing_time)
         self._waiting: deque[Pending] = deque()
         self._failed = None
 

@@ -30,13 +30,14 @@ Executors and chains
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable
 
 from .errors import ActorflowError, MailboxThreadError
 from .mailbox import MAX_PRIORITY, MIN_PRIORITY, Mail, TaskMailbox
 
-__all__ = ["DefaultActionController", "MailboxExecutor", "MailboxProcessor", "Suspension"]
+__all__ = ["CoalescingInbox", "DefaultActionController", "MailboxExecutor", "MailboxProcessor", "Suspension"]
 
 
 class MailboxExecutor:
@@ -116,6 +117,56 @@ class MailboxExecutor:
 
     def is_mailbox_thread(self) -> bool:
         return self._mailbox.is_mailbox_thread()
+
+
+class CoalescingInbox:
+    """Calls from any thread, run on the mailbox thread in arrival order, one mail per burst.
+
+    Each ``put`` costs a deque append; the first of a burst also puts one mail, which runs at
+    most ``per_mail`` of the calls waiting and puts the next mail if more are left. For the
+    completions of many small requests, where a mail per completion costs more than the
+    completion itself. Like ``execute_if_open``, a mailbox that no longer takes mails drops them.
+
+    >>> mb = TaskMailbox(); inbox = CoalescingInbox(MailboxExecutor(mb), "results", per_mail=2)
+    >>> seen = []
+    >>> for x in "abc": inbox.put(seen.append, x)
+    >>> mb.size(), mb.try_take(0).run(), seen, mb.size()
+    (1, None, ['a', 'b'], 1)
+    """
+
+    __slots__ = ("_executor", "_description", "_per_mail", "_calls", "_posted")
+
+    def __init__(self, executor: MailboxExecutor, description: str, per_mail: int = 64) -> None:
+        if per_mail < 1:
+            raise ValueError(f"per_mail must be >= 1, got {per_mail}")
+        self._executor = executor
+        self._description = description
+        self._per_mail = per_mail
+        self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        # A mail is on its way. Two threads may both see it unset and put one each: the second
+        # finds nothing left to run. The append comes first, so no call is ever left behind.
+        self._posted = False
+
+    def put(self, action: Callable[..., Any], *args: Any) -> None:
+        """Run ``action(*args)`` on the mailbox thread, after the calls put before it."""
+        self._calls.append((action, args))
+        if not self._posted:
+            self._post()
+
+    def _post(self) -> None:
+        self._posted = True
+        if not self._executor.execute_if_open(self._run, self._description):
+            self._calls.clear()  # no loop will run them: the task is stopping or failed
+
+    def _run(self) -> None:
+        # Unset first: a call put while these run (from here or another thread) gets a mail.
+        self._posted = False
+        calls = self._calls
+        for _ in range(min(len(calls), self._per_mail)):
+            action, args = calls.popleft()
+            action(*args)
+        if calls and not self._posted:
+            self._post()
 
 
 def _describe(action: Callable[..., Any]) -> str:

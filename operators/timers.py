@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from typing import Any, Callable, Hashable, NamedTuple, Protocol
 
 from .clock import Clock, ManualClock
@@ -23,6 +24,7 @@ from .errors import ConfigurationError
 from .mailbox_processor import MailboxExecutor
 
 __all__ = [
+    "DeadlineQueue",
     "ManualProcessingTimeService",
     "ProcessingTimeService",
     "Timer",
@@ -182,6 +184,108 @@ class ManualProcessingTimeService(TimerQueue):
     def _registered(self, timestamp_ms: int) -> None:
         if timestamp_ms <= self._clock.now_ms():
             self.fire_due()
+
+
+class HasDeadline(Protocol):
+    """What a ``DeadlineQueue`` holds: a deadline, the timer it waits on, and what runs then."""
+
+    deadline_ms: int | None
+    timeout_timer: Any
+
+    def on_timeout(self, timestamp_ms: int = 0) -> None: ...
+
+
+class DeadlineQueue:
+    """The deadlines of many requests that share one timeout: a FIFO, and one timer for its head.
+
+    Requests started one after the other with the same timeout have deadlines in the order they
+    started, so a FIFO keeps them sorted, and one processing-time timer (for the earliest) serves
+    them all, instead of a timer each. ``add`` refuses an item whose deadline is earlier than the
+    last one's (a restored request keeps what was left of its own; a wall clock may step back):
+    its owner registers a timer of its own.
+
+    An item waits while its ``timeout_timer`` is this queue; whoever decides its outcome first
+    sets it to None and calls ``cancel()``. Items no longer waiting are dropped from the head at
+    once, and from the rest once they make up most of the queue, so a request that hangs does not
+    keep the thousands that finished behind it.
+
+    >>> from operators.clock import ManualClock
+    >>> from operators.mailbox import TaskMailbox
+    >>> clock = ManualClock(0); mb = TaskMailbox()
+    >>> pts = ManualProcessingTimeService(clock, MailboxExecutor(mb))
+    >>> class Request:
+    ...     def __init__(self, name, deadline_ms): self.name, self.deadline_ms, self.timeout_timer = name, deadline_ms, None
+    ...     def on_timeout(self, timestamp_ms=0): timed_out.append(self.name)
+    >>> deadlines, timed_out = DeadlineQueue(pts), []
+    >>> a, b = Request("a", 10), Request("b", 20)
+    >>> deadlines.add(a), deadlines.add(b), deadlines.add(Request("early", 5))
+    (True, True, False)
+    >>> a.timeout_timer = None; deadlines.cancel()  # a completed in time
+    >>> pts.advance_to(25)
+    >>> while mb.has_mail(): mb.try_take(0).run()
+    >>> timed_out
+    ['b']
+    """
+
+    __slots__ = ("_processing_time", "_items", "_waiting", "_timer")
+
+    def __init__(self, processing_time: ProcessingTimeService) -> None:
+        self._processing_time = processing_time
+        self._items: deque[HasDeadline] = deque()
+        self._waiting = 0
+        self._timer: TimerHandle | None = None
+
+    def __len__(self) -> int:
+        """Items still waiting for their deadline."""
+        return self._waiting
+
+    @property
+    def held(self) -> int:
+        """Items held, waiting or not: at most about twice those waiting."""
+        return len(self._items)
+
+    def add(self, item: HasDeadline) -> bool:
+        """Wait for ``item``'s deadline (and set its ``timeout_timer``); False if it is out of order."""
+        deadline_ms = item.deadline_ms
+        assert deadline_ms is not None
+        items = self._items
+        if items and items[-1].deadline_ms > deadline_ms:  # type: ignore[operator]
+            return False
+        items.append(item)
+        item.timeout_timer = self
+        self._waiting += 1
+        if self._timer is None:
+            self._timer = self._processing_time.register_timer(deadline_ms, self._fire)
+        return True
+
+    def cancel(self) -> None:
+        """One item stopped waiting (its owner has set its ``timeout_timer`` to None)."""
+        self._waiting -= 1
+        items = self._items
+        while items and items[0].timeout_timer is not self:
+            items.popleft()
+        if not items:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        elif len(items) > 2 * self._waiting + 64:
+            self._items = deque(item for item in items if item.timeout_timer is self)
+
+    def _fire(self, timestamp_ms: int) -> None:
+        # Only what was due at the timer's time: a later deadline that has passed too fires
+        # from the next timer, in its turn among the other timers due by now.
+        self._timer = None
+        items = self._items
+        while items and items[0].deadline_ms <= timestamp_ms:  # type: ignore[operator]
+            item = items.popleft()
+            if item.timeout_timer is self:
+                item.timeout_timer = None
+                self._waiting -= 1
+                item.on_timeout(timestamp_ms)
+        while items and items[0].timeout_timer is not self:
+            items.popleft()
+        if items and self._timer is None:
+            self._timer = self._processing_time.register_timer(items[0].deadline_ms, self._fire)  # type: ignore[arg-type]
 
 
 def _run_timer(handle: TimerHandle, callback: Callable[[int], None]) -> None:

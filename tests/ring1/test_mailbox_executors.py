@@ -24,6 +24,7 @@ from operators import (
     StreamOperator,
     TaskMailbox,
 )
+from operators.mailbox_processor import CoalescingInbox
 
 WAIT_S = 5.0
 
@@ -256,3 +257,89 @@ def test_take_treats_a_deferrable_mail_as_the_lowest_priority(priority, taken):
     mb.put(Mail(lambda: None, 5, "deferred-2", deferrable=True))
     mail = mb.take(1, timeout_s=0.01)
     assert mail is None
+
+
+# ------------------------------------------------------------------ completions that share a mail
+
+
+def _run_all(mailbox: TaskMailbox) -> int:
+    n = 0
+    while (mail := mailbox.try_take(0)) is not None:
+        mail.run()
+        n += 1
+    return n
+
+
+def test_an_inbox_runs_every_call_once_in_arrival_order_a_burst_in_one_mail() -> None:
+    mailbox = TaskMailbox()
+    inbox = CoalescingInbox(MailboxExecutor(mailbox), "results", per_mail=100)
+    seen: list[int] = []
+    for i in range(10):
+        inbox.put(seen.append, i)
+    assert mailbox.size() == 1
+    assert _run_all(mailbox) == 1 and seen == list(range(10))
+    inbox.put(seen.append, 10)  # a new burst gets a new mail
+    assert _run_all(mailbox) == 1 and seen == list(range(11))
+
+
+def test_an_inbox_runs_at_most_per_mail_calls_and_lets_other_mails_run_in_between() -> None:
+    mailbox = TaskMailbox()
+    executor = MailboxExecutor(mailbox)
+    inbox = CoalescingInbox(executor, "results", per_mail=2)
+    seen: list[str] = []
+    for x in "abcde":
+        inbox.put(seen.append, x)
+    executor.execute(seen.append, "timer", "T")
+    mailbox.try_take(0).run()
+    mailbox.try_take(0).run()  # the timer's mail was put before the inbox's second mail
+    assert seen == ["a", "b", "T"]
+    assert _run_all(mailbox) == 2 and seen == ["a", "b", "T", "c", "d", "e"]
+
+
+def test_a_call_put_while_the_inbox_runs_waits_for_the_next_mail() -> None:
+    mailbox = TaskMailbox()
+    inbox = CoalescingInbox(MailboxExecutor(mailbox), "results")
+    seen: list[str] = []
+
+    def first() -> None:
+        seen.append("first")
+        inbox.put(seen.append, "put while running")
+
+    inbox.put(first)
+    inbox.put(seen.append, "second")
+    mailbox.try_take(0).run()
+    assert seen == ["first", "second"]
+    assert _run_all(mailbox) == 1 and seen == ["first", "second", "put while running"]
+
+
+def test_an_inbox_loses_no_call_put_from_many_threads_at_once() -> None:
+    mailbox = TaskMailbox()
+    inbox = CoalescingInbox(MailboxExecutor(mailbox), "results", per_mail=7)
+    seen: list[tuple[int, int]] = []
+    start = threading.Barrier(4)
+
+    def producer(t: int) -> None:
+        start.wait(WAIT_S)
+        for i in range(2_000):
+            inbox.put(seen.append, (t, i))
+
+    threads = [threading.Thread(target=producer, args=(t,), daemon=True) for t in range(4)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads) or mailbox.has_mail():
+        _run_all(mailbox)  # this thread is the mailbox thread, running mails while they put
+    for t in threads:
+        t.join(WAIT_S)
+    _run_all(mailbox)
+    assert sorted(seen) == [(t, i) for t in range(4) for i in range(2_000)]
+    for t in range(4):  # each thread's calls ran in the order it put them
+        assert [i for u, i in seen if u == t] == list(range(2_000))
+
+
+def test_an_inbox_drops_its_calls_quietly_once_the_mailbox_takes_no_more() -> None:
+    mailbox = TaskMailbox()
+    inbox = CoalescingInbox(MailboxExecutor(mailbox), "results")
+    seen: list[int] = []
+    mailbox.quiesce()
+    inbox.put(seen.append, 1)  # no error in the thread that delivers a late completion
+    assert mailbox.size() == 0 and seen == []

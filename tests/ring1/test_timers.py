@@ -21,6 +21,7 @@ from operators import (
     Timer,
     TimerService,
 )
+from operators.timers import DeadlineQueue
 
 
 class Env:
@@ -421,3 +422,97 @@ def test_a_deleted_and_reregistered_timer_is_snapshotted_once():
     service.delete_event_time_timer(10, "k")
     service.register_event_time_timer(10, "k")
     assert service.snapshot()["event"] == [(10, "k", None)]
+
+
+# ------------------------------------------------------------------ deadlines that share a timeout
+
+
+class Request:
+    """An item of a ``DeadlineQueue``: times out once, unless its outcome came first."""
+
+    def __init__(self, name: str, deadline_ms: int, log: list[tuple[str, int]]) -> None:
+        self.name = name
+        self.deadline_ms = deadline_ms
+        self.timeout_timer: Any = None
+        self._log = log
+
+    def on_timeout(self, timestamp_ms: int = 0) -> None:
+        self._log.append((self.name, timestamp_ms))
+
+    def complete(self) -> None:
+        """What ``AttemptHandler.finish`` does with the timer of a request that has its outcome."""
+        timer, self.timeout_timer = self.timeout_timer, None
+        if timer is not None:
+            timer.cancel()
+
+
+def test_deadlines_fire_in_order_each_once_and_only_for_requests_still_waiting() -> None:
+    env, log = Env(), []
+    deadlines = DeadlineQueue(env.pts)
+    requests = [Request(f"r{i}", 100 + 10 * (i // 2), log) for i in range(6)]  # two per deadline
+    assert all(deadlines.add(r) for r in requests)
+    requests[0].complete()
+    requests[3].complete()
+    assert len(deadlines) == 4
+    env.pts.advance_to(110)
+    env.run_mails()
+    assert log == [("r1", 100), ("r2", 110)]
+    env.pts.advance_to(1_000)
+    env.run_mails()
+    assert log == [("r1", 100), ("r2", 110), ("r4", 120), ("r5", 120)]
+    assert len(deadlines) == 0 and deadlines.held == 0
+    requests[5].complete()  # an outcome after the timeout fired: nothing to cancel
+    assert len(deadlines) == 0
+
+
+def test_a_deadline_earlier_than_the_last_is_refused_and_the_queue_is_unchanged() -> None:
+    env, log = Env(), []
+    deadlines = DeadlineQueue(env.pts)
+    assert deadlines.add(Request("a", 50, log))
+    late_restore = Request("b", 40, log)
+    assert not deadlines.add(late_restore)
+    assert late_restore.timeout_timer is None and len(deadlines) == 1
+    assert deadlines.add(Request("c", 50, log))  # the same deadline keeps the order
+
+
+def test_a_deadline_passed_long_ago_fires_from_its_own_timer_among_the_others() -> None:
+    """One firing takes only what was due at its timer's time; the rest fire from the next
+    timer, which a retry timer due in between precedes."""
+    env, log = Env(), []
+    deadlines = DeadlineQueue(env.pts)
+    deadlines.add(Request("a", 10, log))
+    deadlines.add(Request("b", 30, log))
+    env.pts.register_timer(20, lambda ts: log.append(("retry", ts)))
+    env.pts.advance_to(100)
+    env.run_mails()
+    assert log == [("a", 10), ("retry", 20), ("b", 30)]
+
+
+def test_no_timer_is_left_once_every_request_has_its_outcome() -> None:
+    env, log = Env(), []
+    deadlines = DeadlineQueue(env.pts)
+    requests = [Request(str(i), 100, log) for i in range(3)]
+    for r in requests:
+        deadlines.add(r)
+    assert env.pts.pending() == 1  # one timer for all three
+    for r in requests:
+        r.complete()
+    assert env.pts.pending() == 0 and deadlines.held == 0
+    env.pts.advance_to(500)
+    assert env.run_mails() == 0 and log == []
+
+
+def test_a_request_that_hangs_does_not_keep_the_finished_ones_behind_it() -> None:
+    env, log = Env(), []
+    deadlines = DeadlineQueue(env.pts)
+    stuck = Request("stuck", 30_000, log)
+    deadlines.add(stuck)
+    for i in range(10_000):
+        r = Request(str(i), 30_000 + i, log)
+        deadlines.add(r)
+        r.complete()
+    assert len(deadlines) == 1
+    assert deadlines.held <= 2 * len(deadlines) + 65
+    env.pts.advance_to(40_000)
+    env.run_mails()
+    assert log == [("stuck", 30_000)]
