@@ -28,14 +28,14 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
-from .async_function import ResultFuture
+from .async_function import ResultFuture, results_error
 from .errors import RecordError, describe_value
 from .mailbox_processor import CoalescingInbox
 from .operator import OperatorContext, OperatorMetrics
 from .retry import RetryStrategy
 from .timers import DeadlineQueue, TimerHandle
 
-__all__ = ["DEAD_LETTER", "AttemptHandler", "DeadLetter", "copy_input"]
+__all__ = ["DEAD_LETTER", "AttemptHandler", "CoroutineCall", "DeadLetter", "copy_input"]
 
 #: The side output that receives dead letters.
 DEAD_LETTER = "dead_letter"
@@ -82,6 +82,26 @@ def copy_input(value: Any, timestamp_ms: int | None) -> Any:
         ) from error
 
 
+class CoroutineCall:
+    """The attempt in flight of a unit whose function is an ``async def`` that the operator runs
+    itself: what a ``ResultFuture`` would be, with nothing more than the handler needs.
+
+    ``done`` once its coroutine has ended or the attempt was abandoned; ``cancel`` stops the
+    coroutine (the coroutine runner's handle).
+    """
+
+    __slots__ = ("done", "cancel")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.cancel: Callable[[], Any] | None = None
+
+    def abandon(self) -> None:
+        self.done = True
+        if self.cancel is not None:
+            self.cancel()
+
+
 class _Operator(Protocol):
     """What an ``AttemptHandler`` needs from its operator."""
 
@@ -120,7 +140,7 @@ class AttemptHandler:
         self.attempt = attempt
         self.deadline_ms = deadline_ms
         self.state = _State.RUNNING
-        self.future: ResultFuture | None = None
+        self.future: ResultFuture | CoroutineCall | None = None
         self.timeout_timer: TimerHandle | None = None
         self.retry_timer: TimerHandle | None = None
         self.retry_due_ms: int | None = None
@@ -301,6 +321,20 @@ class AttemptHandler:
         if self.retry_timer is not None:
             self.retry_timer.cancel()
         self.on_outcome(kind, payload)
+
+    def coroutine_ended(self, result: Any, error: BaseException | None) -> None:
+        """The coroutine of the attempt in flight ended (a ``CoroutineCall``'s): deliver its outcome.
+
+        Ignored once the attempt is abandoned (its deadline passed), like a late completion of a
+        ``ResultFuture``: a coroutine may swallow its cancellation and return anyway.
+        """
+        call = self.future
+        if call is None or call.done or self.state is not _State.RUNNING:
+            return
+        call.done = True
+        if error is None:
+            error = results_error(result, "the return value of an async def")
+        self.op.completions.put(self.on_attempt_complete, self.attempt, None if error is not None else list(result), error)
 
     @property
     def is_done(self) -> bool:

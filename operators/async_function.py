@@ -25,6 +25,7 @@ __all__ = [
     "FallbackOnTimeout",
     "ResultFuture",
     "as_async_function",
+    "results_error",
 ]
 
 
@@ -71,10 +72,9 @@ class ResultFuture:
 
     def complete(self, results: Sequence[Any]) -> None:
         """Complete with a list (or tuple) of results; an empty list means "no output"."""
-        if isinstance(results, (str, bytes, dict)) or not isinstance(results, (list, tuple)):
-            self.complete_exceptionally(
-                ResultTypeError(f"ResultFuture.complete() needs a list of results, got {type(results).__name__}: {describe_value(results)}")
-            )
+        error = results_error(results)
+        if error is not None:
+            self.complete_exceptionally(error)
             return
         if self._claim():
             self._deliver(list(results), None)
@@ -121,6 +121,16 @@ class ResultFuture:
             return False
 
 
+def results_error(results: Any, what: str = "ResultFuture.complete()") -> ResultTypeError | None:
+    """The error of a request's results that are not a list (or tuple) of results; else None.
+
+    ``what`` gave them: the argument of ``ResultFuture.complete()``, or what a coroutine returned.
+    """
+    if isinstance(results, (str, bytes, dict)) or not isinstance(results, (list, tuple)):
+        return ResultTypeError(f"{what} needs a list of results, got {type(results).__name__}: {describe_value(results)}")
+    return None
+
+
 class AsyncFunction:
     """A request per element, completed through its ``ResultFuture``.
 
@@ -143,6 +153,14 @@ class AsyncFunction:
 
     def close(self) -> None:
         pass
+
+    def direct_coroutine(self) -> Callable[[Any], Any] | None:
+        """``f`` if ``async_invoke(value, rf)`` only runs ``f(value)`` on the coroutine runner and
+        completes ``rf`` with what it returns or raises; else None.
+
+        An operator may then run ``f`` itself, without a ``ResultFuture`` per request.
+        """
+        return None
 
 
 class CoroutineFunction(AsyncFunction):
@@ -167,6 +185,9 @@ class CoroutineFunction(AsyncFunction):
     def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
         result_future.add_cancel_hook(self._runner.submit(self.fn(value), result_future.settle))
 
+    def direct_coroutine(self) -> Callable[[Any], Any] | None:
+        return self.fn
+
 
 class FallbackOnTimeout(AsyncFunction):
     """Wraps a function so that a timeout completes with ``fallback(value)`` (a list)."""
@@ -188,6 +209,9 @@ class FallbackOnTimeout(AsyncFunction):
 
     def close(self) -> None:
         self.inner.close()
+
+    def direct_coroutine(self) -> Callable[[Any], Any] | None:
+        return self.inner.direct_coroutine()
 
 
 class AwaitedAsyncFunction(AsyncFunction):
@@ -245,6 +269,11 @@ class AwaitedAsyncFunction(AsyncFunction):
 
     def close(self) -> None:
         self.inner.close()
+
+    def direct_coroutine(self) -> Callable[[Any], Any] | None:
+        if self._invoke_is_async and not self._invoke_takes_future:
+            return self._inner.async_invoke  # type: ignore[no-any-return]
+        return None
 
     def _await(self, coro: Any, result_future: ResultFuture, *, completes: bool) -> None:
         on_done = result_future.settle if completes else errors_only(result_future)

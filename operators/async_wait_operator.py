@@ -38,11 +38,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Sequence
 
-from .async_attempt import DEAD_LETTER, AttemptHandler, DeadLetter, copy_input
+from .async_attempt import DEAD_LETTER, AttemptHandler, CoroutineCall, DeadLetter, copy_input
 from .async_function import AsyncFunction, ResultFuture, as_async_function
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
-from .errors import ConfigurationError
+from .errors import ConfigurationError, RecordError
+from .request_keys import call_in_request
 from .retry import RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 
@@ -75,6 +76,31 @@ class _ElementHandler(AttemptHandler):
 
     def on_outcome(self, kind: str, payload: Any) -> None:
         self.op._on_outcome(self.entry, kind, payload, self.attempt)
+
+
+class _CoroutineElementHandler(_ElementHandler):
+    """A record whose function is an ``async def`` (``AsyncFunction.direct_coroutine``): each
+    attempt runs it on the coroutine runner, which reports straight to the handler.
+
+    The outcomes, the key the coroutine sees, and what a timeout cancels are those of the
+    ``ResultFuture`` path; it saves the future, its callbacks and their calls, per request.
+    """
+
+    __slots__ = ()
+
+    def invoke(self) -> None:
+        op = self.op
+        try:
+            inputs = self.prepare_inputs()
+        except RecordError as error:
+            self.future = None  # final, as on the ResultFuture path
+            op.completions.put(self.on_input_error, self.attempt, error)
+            return
+        call = self.future = CoroutineCall()
+        try:
+            call.cancel = call_in_request(self.entry.key, None, op._submit_coroutine, inputs, self.coroutine_ended)
+        except Exception as error:  # the function raised instead of returning a coroutine
+            self.coroutine_ended(None, error)
 
 
 class AsyncWaitOperator(AsyncQueueOperator):
@@ -114,6 +140,10 @@ class AsyncWaitOperator(AsyncQueueOperator):
         self._open_queue(self.queue_capacity)
         self._requests = 0  # records whose outcome is not decided yet
         self.function.open(self.context)
+        self._coroutine = self.function.direct_coroutine()
+        runner = self.context.coroutine_runner
+        self._runner_submit = None if runner is None else runner.submit
+        self._handler_type = _CoroutineElementHandler if self._coroutine is not None and runner is not None else _ElementHandler
         self._replay_restored()
 
     def close(self) -> None:
@@ -174,9 +204,12 @@ class AsyncWaitOperator(AsyncQueueOperator):
         if not self.queue.try_put(entry):
             return False
         self._requests += 1
-        entry.handler = _ElementHandler(self, entry, attempt, self._deadline(remaining_ms, now))
+        entry.handler = self._handler_type(self, entry, attempt, self._deadline(remaining_ms, now))
         entry.handler.start(retry_in_ms, now)
         return True
+
+    def _submit_coroutine(self, inputs: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], Any]:
+        return self._runner_submit(self._coroutine(inputs), on_done)  # type: ignore[misc]
 
     def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:
         self._requests -= 1

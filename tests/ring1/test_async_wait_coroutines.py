@@ -1,0 +1,151 @@
+"""An ``async def`` run by the operator itself (``direct_coroutine``) behaves exactly as one run
+through a ``ResultFuture``: every case runs on both paths and must give the same outcomes.
+
+The direct path is what ``async_wait(async_def)`` and ``FallbackOnTimeout`` around it take; the
+``ResultFuture`` path is the same coroutine behind an ``AsyncFunction`` that does not offer it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+import pytest
+
+from operators import (
+    DEAD_LETTER,
+    CoroutineFunction,
+    FallbackOnTimeout,
+    FixedDelay,
+    OperatorHarness,
+    Record,
+    ResultTypeError,
+    UserFunctionError,
+    async_wait,
+    current_request_key,
+)
+from operators.async_attempt import CoroutineCall
+
+
+class ViaFuture(CoroutineFunction):
+    """The same coroutine, through ``async_invoke`` and its ``ResultFuture``."""
+
+    def direct_coroutine(self) -> Callable[[Any], Any] | None:
+        return None
+
+
+def function(fn: Callable[[Any], Any], path: str, fallback: Callable[[Any], list[Any]] | None = None) -> Any:
+    inner = CoroutineFunction(fn) if path == "direct" else ViaFuture(fn)
+    return inner if fallback is None else FallbackOnTimeout(inner, fallback)
+
+
+PATHS = ["direct", "future"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_each_attempt_of_the_direct_path_is_a_coroutine_call_and_the_other_a_result_future(path: str) -> None:
+    async def slow(value: Any) -> list[Any]:
+        await asyncio.Event().wait()
+        return [value]
+
+    h = OperatorHarness(async_wait(function(slow, path), capacity=2))
+    h.process_element("a", timestamp_ms=1)
+    h.run_until_idle()
+    [entry] = list(h.chain.operators[0].queue)
+    assert isinstance(entry.handler.future, CoroutineCall) == (path == "direct")
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("bad", ["a string", {"a": 1}, 42, None])
+def test_a_coroutine_that_returns_no_list_is_a_clear_failure(path: str, bad: Any) -> None:
+    async def wrong(value: Any) -> Any:
+        await asyncio.sleep(0)
+        return bad
+
+    h = OperatorHarness(async_wait(function(wrong, path), capacity=2, on_error="dead_letter"))
+    h.process_element("a", timestamp_ms=1)
+    h.run_until_idle()
+    [letter] = h.side_outputs[DEAD_LETTER]
+    assert letter.error_type == "ResultTypeError" and "needs a list of results, got" in letter.error
+    h2 = OperatorHarness(async_wait(function(wrong, path), capacity=2))
+    with pytest.raises(ResultTypeError, match="record 'a' .* needs a list of results, got"):
+        h2.process_element("a", timestamp_ms=1)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_function_that_raises_before_giving_a_coroutine_is_a_failed_attempt(path: str) -> None:
+    async def two_args(value: Any, other: Any) -> list[Any]:
+        return [value]
+
+    h = OperatorHarness(async_wait(function(two_args, path), capacity=2, on_error="dead_letter",
+                                   retry=FixedDelay(2, 10)))
+    h.process_element("a", timestamp_ms=1)
+    h.run_until_idle()
+    h.set_processing_time(10)
+    [letter] = h.side_outputs[DEAD_LETTER]
+    assert letter.error_type == "TypeError" and letter.attempts == 2
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_coroutine_that_swallows_its_cancellation_at_the_deadline_gives_only_the_fallback(path: str) -> None:
+    async def stubborn(value: Any) -> list[Any]:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return [f"{value}-late"]  # answers anyway, after the deadline
+        return []
+
+    h = OperatorHarness(async_wait(function(stubborn, path, fallback=lambda v: [f"{v}-fallback"]),
+                                   capacity=2, timeout_ms=50))
+    h.process_element("a", timestamp_ms=1)
+    h.run_until_idle()
+    h.set_processing_time(50)
+    h.run_until_idle()
+    assert h.output == [Record("a-fallback", 1)]
+    assert h.chain.operators[0].metrics.timeouts == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_retries_see_the_original_input_and_the_same_key_however_the_coroutine_changes_it(path: str) -> None:
+    seen: list[tuple[dict[str, Any], str | None]] = []
+
+    async def flaky(row: dict[str, Any]) -> list[Any]:
+        seen.append((dict(row), current_request_key()))
+        row["spoiled"] = True  # a function that changes its argument
+        await asyncio.sleep(0)
+        if len(seen) < 3:
+            raise UserFunctionError("try again")
+        return [{**row, "ok": current_request_key()}]
+
+    h = OperatorHarness(async_wait(function(flaky, path), capacity=2, retry=FixedDelay(3, 5)),
+                        request_key_prefix="job/enrich")
+    h.process_element({"id": 7}, timestamp_ms=1, origin=(0, 1, 2))
+    for t in (5, 10):
+        h.run_until_idle()
+        h.set_processing_time(t)
+    h.run_until_idle()
+    assert seen == [({"id": 7}, "job/enrich/0.1.2")] * 3
+    assert h.output_values() == [{"id": 7, "spoiled": True, "ok": "job/enrich/0.1.2"}]
+    assert h.chain.operators[0].metrics.retries == 2
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_result_that_comes_before_the_deadline_mail_wins_and_a_late_one_loses(path: str) -> None:
+    gates: dict[str, asyncio.Event] = {}
+
+    async def gated(value: str) -> list[Any]:
+        gates[value] = asyncio.Event()
+        await gates[value].wait()
+        return [value]
+
+    h = OperatorHarness(async_wait(function(gated, path, fallback=lambda v: [f"{v}-fallback"]),
+                                   capacity=4, timeout_ms=100, mode="unordered"))
+    for v in "abc":
+        h.process_element(v, timestamp_ms=1)
+    h.run_until_idle()
+    gates["a"].set()
+    h.run_until_idle()
+    h.set_processing_time(100)  # b and c time out; a already answered
+    gates["b"].set()  # after the deadline: cancelled, ignored
+    h.run_until_idle()
+    assert sorted(h.output_values()) == ["a", "b-fallback", "c-fallback"]
