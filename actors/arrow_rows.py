@@ -17,8 +17,10 @@ row, raised at the batch where it first shows.
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -102,15 +104,33 @@ def table_to_rows(batch: RowBatch) -> Iterator[tuple[Any, int | None]]:
     if is_bare(table):
         values: list[Any] = column_values(table.column(0))
     else:
-        names = table.column_names
-        # A name given twice keeps its last column, as Table.to_pylist() does.
-        values = [dict(zip(names, row)) for row in zip(*(column_values(c) for c in table.columns))]
+        values = _row_builder(tuple(table.column_names))([column_values(c) for c in table.columns])
     return zip(values, timestamps)
+
+
+@functools.lru_cache(maxsize=64)
+def _row_builder(names: tuple[str, ...]) -> Callable[[list[list[Any]]], list[dict[str, Any]]]:
+    """A function from column lists to one dict per row, for these column names.
+
+    A dict display with the names as constants builds a row in about half the time of
+    ``dict(zip(names, row))``. A name given twice keeps its last column, as in
+    ``Table.to_pylist()``: so does a display. Names are embedded by ``repr``, which any ``str``
+    survives.
+    """
+    if not names:
+        return lambda columns: []
+    variables = [f"c{i}" for i in range(len(names))]
+    display = ", ".join(f"{name!r}: {v}" for name, v in zip(names, variables))
+    source = f"lambda columns: [{{{display}}} for {', '.join(variables)}, in zip(*columns)]"
+    return eval(source, {"__builtins__": {"zip": zip}})  # noqa: S307 - source built from repr() of str only
 
 
 _EPOCH = datetime.datetime(1970, 1, 1)
 _EPOCH_DATE = datetime.date(1970, 1, 1)
 _MICROS = {"s": 1_000_000, "ms": 1_000, "us": 1}
+_UTC_NAMES = frozenset({"UTC", "Etc/UTC", "+00:00", "Z"})
+_DATETIME_MIN_US = (datetime.datetime.min - _EPOCH) // datetime.timedelta(microseconds=1)
+_DATETIME_MAX_US = (datetime.datetime.max - _EPOCH) // datetime.timedelta(microseconds=1)
 
 
 def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
@@ -133,17 +153,26 @@ def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
 
 
 def _timestamps(column: pa.Array | pa.ChunkedArray, kind: pa.TimestampType) -> list[Any]:
-    ticks = column.cast(pa.int64()).to_pylist()
+    ints = column.cast(pa.int64())
     scale = _MICROS[kind.unit]
-    delta = datetime.timedelta
+    if kind.tz is None and ints.null_count == 0 and len(ints) > 0:
+        low, high = pc.min_max(ints).values()
+        if _DATETIME_MIN_US <= low.as_py() * scale and high.as_py() * scale <= _DATETIME_MAX_US:
+            # numpy turns ticks into naive datetimes in C, ten times faster than Python; out of
+            # datetime's range it would give ints instead, so only within it.
+            return np.asarray(ints).astype(f"datetime64[{kind.unit}]").astype(object).tolist()  # type: ignore[no-any-return]
+    ticks = ints.to_pylist()
+    delta = datetime.timedelta  # (days, seconds, microseconds): positional is faster than keywords
     if kind.tz is None:
         epoch = _EPOCH
-        return [None if t is None else epoch + delta(microseconds=t * scale) for t in ticks]
+        return [None if t is None else epoch + delta(0, 0, t * scale) for t in ticks]
     # The zone as pyarrow gives it; a UTC time moves into it as datetime.astimezone() does.
     zone = pa.scalar(0, kind).as_py().tzinfo
     utc_in_zone = _EPOCH.replace(tzinfo=zone)
+    if kind.tz in _UTC_NAMES:  # no offset, no fold: adding to the epoch is already fromutc()'s result
+        return [None if t is None else utc_in_zone + delta(0, 0, t * scale) for t in ticks]
     from_utc = zone.fromutc
-    return [None if t is None else from_utc(utc_in_zone + delta(microseconds=t * scale)) for t in ticks]
+    return [None if t is None else from_utc(utc_in_zone + delta(0, 0, t * scale)) for t in ticks]
 
 
 def _dates(column: pa.Array | pa.ChunkedArray) -> list[Any]:
