@@ -86,9 +86,8 @@ class TimerQueue:
         self._heap: list[tuple[int, int, _QueuedTimerHandle, Callable[[int], None], MailboxExecutor]] = []
         self._seq = itertools.count()
         self._cancelled = 0
-
-    def now_ms(self) -> int:
-        return self._clock.now_ms()
+        # The clock's own method: processing time is read once or twice per async request.
+        self.now_ms: Callable[[], int] = clock.now_ms
 
     def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
         return self._register(timestamp_ms, callback, self._executor)
@@ -153,14 +152,12 @@ class TimerQueue:
 class _ExecutorView:
     """``TimerQueue.with_executor``: the same heap, another executor for the firing mails."""
 
-    __slots__ = ("_queue", "_executor")
+    __slots__ = ("_queue", "_executor", "now_ms")
 
     def __init__(self, queue: TimerQueue, executor: MailboxExecutor) -> None:
         self._queue = queue
         self._executor = executor
-
-    def now_ms(self) -> int:
-        return self._queue.now_ms()
+        self.now_ms: Callable[[], int] = queue.now_ms
 
     def register_timer(self, timestamp_ms: int, callback: Callable[[int], None]) -> TimerHandle:
         return self._queue._register(timestamp_ms, callback, self._executor)
