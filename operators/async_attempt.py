@@ -122,6 +122,11 @@ class _State(enum.Enum):
     DONE = 4
 
 
+# Module constants: an Enum member read from its class costs four times a global's, and a
+# record's attempt reads its state a few times.
+_RUNNING, _WAITING_RETRY, _TIMING_OUT, _DONE = _State.RUNNING, _State.WAITING_RETRY, _State.TIMING_OUT, _State.DONE
+
+
 class AttemptHandler:
     """Drives one unit through attempts, retries and its deadline, to exactly one outcome.
 
@@ -139,7 +144,7 @@ class AttemptHandler:
         self.op = op
         self.attempt = attempt
         self.deadline_ms = deadline_ms
-        self.state = _State.RUNNING
+        self.state = _RUNNING
         self.future: ResultFuture | CoroutineCall | None = None
         self.timeout_timer: TimerHandle | None = None
         self.retry_timer: TimerHandle | None = None
@@ -199,7 +204,7 @@ class AttemptHandler:
             self.attempt -= 1  # on_retry_timer counts the attempt it starts
             self._wait_for_retry(now + retry_in_ms)
             return
-        if self.state is _State.RUNNING:  # a deadline already past may have fired synchronously
+        if self.state is _RUNNING:  # a deadline already past may have fired synchronously
             self.invoke()
 
     def invoke(self) -> None:
@@ -223,14 +228,14 @@ class AttemptHandler:
             future.complete_exceptionally(error)
 
     def on_input_error(self, attempt: int, error: RecordError) -> None:
-        if self.op.has_failed or self.state is not _State.RUNNING or attempt != self.attempt:
+        if self.op.has_failed or self.state is not _RUNNING or attempt != self.attempt:
             return
         self.finish("failure", error)
 
     def on_attempt_complete(self, attempt: int, results: Sequence[Any] | None, error: BaseException | None) -> None:
         # A completion of an older attempt, or one that arrives after the timeout fired or after
         # the outcome was decided (or after the operator failed), must not produce an outcome.
-        if self.op.has_failed or self.state is not _State.RUNNING or attempt != self.attempt:
+        if self.op.has_failed or self.state is not _RUNNING or attempt != self.attempt:
             return
         if error is None and results is not None:
             error = self.check_results(results)
@@ -253,23 +258,23 @@ class AttemptHandler:
             self.finish("result", results)
 
     def _wait_for_retry(self, due_ms: int) -> None:
-        self.state = _State.WAITING_RETRY
+        self.state = _WAITING_RETRY
         self.retry_due_ms = due_ms
         self.retry_timer = self.op.context.processing_time.register_timer(due_ms, self.on_retry_timer)
 
     def on_retry_timer(self, _timestamp_ms: int = 0) -> None:
-        if self.op.has_failed or self.state is not _State.WAITING_RETRY:
+        if self.op.has_failed or self.state is not _WAITING_RETRY:
             return
         self.retry_timer = None
         self.retry_due_ms = None
         self.attempt += 1
-        self.state = _State.RUNNING
+        self.state = _RUNNING
         self.invoke()
 
     def on_timeout(self, _timestamp_ms: int = 0) -> None:
-        if self.op.has_failed or self.state in (_State.DONE, _State.TIMING_OUT):
+        if self.op.has_failed or self.state in (_DONE, _TIMING_OUT):
             return  # a timeout after the outcome is a no-op
-        if self.state is _State.RUNNING and self.future is not None and self.future.done:
+        if self.state is _RUNNING and self.future is not None and self.future.done:
             # The user completed this attempt before the deadline; its result mail decides.
             self.deadline_passed = True
             return
@@ -281,7 +286,7 @@ class AttemptHandler:
             self.retry_timer = None
         if self.future is not None:
             self.future.abandon()
-        self.state = _State.TIMING_OUT
+        self.state = _TIMING_OUT
         self.op.metrics.timeouts += 1
         completions = self.op.completions
 
@@ -302,7 +307,7 @@ class AttemptHandler:
             future.complete_exceptionally(error)
 
     def on_timeout_complete(self, results: Sequence[Any] | None, error: BaseException | None) -> None:
-        if self.op.has_failed or self.state is not _State.TIMING_OUT:
+        if self.op.has_failed or self.state is not _TIMING_OUT:
             return
         if error is None and results is not None:
             error = self.check_results(results)
@@ -312,7 +317,7 @@ class AttemptHandler:
             self.finish("fallback", results)
 
     def finish(self, kind: str, payload: Any) -> None:
-        self.state = _State.DONE
+        self.state = _DONE
         self.future = None  # its delivery closure refers back to this handler
         timer = self.timeout_timer
         if timer is not None:
@@ -329,7 +334,7 @@ class AttemptHandler:
         ``ResultFuture``: a coroutine may swallow its cancellation and return anyway.
         """
         call = self.future
-        if call is None or call.done or self.state is not _State.RUNNING:
+        if call is None or call.done or self.state is not _RUNNING:
             return
         call.done = True
         if error is None:
@@ -339,17 +344,17 @@ class AttemptHandler:
     @property
     def is_done(self) -> bool:
         """True once the outcome is decided."""
-        return self.state is _State.DONE
+        return self.state is _DONE
 
     def snapshot_attempt(self) -> int:
         """The attempt a restore should run: the one in flight, or the next after a wait."""
-        return self.attempt + 1 if self.state is _State.WAITING_RETRY else self.attempt
+        return self.attempt + 1 if self.state is _WAITING_RETRY else self.attempt
 
     def remaining_ms(self, now_ms: int) -> int | None:
         return None if self.deadline_ms is None else max(0, self.deadline_ms - now_ms)
 
     def retry_in_ms(self, now_ms: int) -> int | None:
         """While waiting for a retry, the rest of the backoff; else None."""
-        if self.state is not _State.WAITING_RETRY or self.retry_due_ms is None:
+        if self.state is not _WAITING_RETRY or self.retry_due_ms is None:
             return None
         return max(0, self.retry_due_ms - now_ms)

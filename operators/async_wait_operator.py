@@ -98,7 +98,9 @@ class _CoroutineElementHandler(_ElementHandler):
             return
         call = self.future = CoroutineCall()
         try:
-            call.cancel = call_in_request(self.entry.key, None, op._submit_coroutine, inputs, self.coroutine_ended)
+            # Making the coroutine runs none of its body; the task that runs it copies the
+            # context, and so the request's key, when it is submitted.
+            call.cancel = call_in_request(self.entry.key, None, op._runner_submit, op._coroutine(inputs), self.coroutine_ended)
         except Exception as error:  # the function raised instead of returning a coroutine
             self.coroutine_ended(None, error)
 
@@ -207,9 +209,6 @@ class AsyncWaitOperator(AsyncQueueOperator):
         entry.handler = self._handler_type(self, entry, attempt, self._deadline(remaining_ms, now))
         entry.handler.start(retry_in_ms, now)
         return True
-
-    def _submit_coroutine(self, inputs: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], Any]:
-        return self._runner_submit(self._coroutine(inputs), on_done)  # type: ignore[misc]
 
     def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:
         self._requests -= 1
