@@ -334,7 +334,7 @@ class AttemptHandler:
         ``ResultFuture``: a coroutine may swallow its cancellation and return anyway.
         """
         call = self.future
-        if call is None or call.done or self.state is not _RUNNING:
+        if not isinstance(call, CoroutineCall) or call.done or self.state is not _RUNNING:
             return
         call.done = True
         if error is None:

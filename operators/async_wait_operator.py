@@ -111,6 +111,10 @@ class AsyncWaitOperator(AsyncQueueOperator):
     Use ``async_wait(...)`` to build one; see the module docstring.
     """
 
+    # Set at open() when the function is an ``async def`` that the operator runs itself.
+    _coroutine: Callable[[Any], Any]
+    _runner_submit: Callable[[Any, Callable[[Any, BaseException | None], None]], Callable[[], Any]]
+
     def __init__(
         self,
         function: AsyncFunction | Any,
@@ -142,10 +146,11 @@ class AsyncWaitOperator(AsyncQueueOperator):
         self._open_queue(self.queue_capacity)
         self._requests = 0  # records whose outcome is not decided yet
         self.function.open(self.context)
-        self._coroutine = self.function.direct_coroutine()
-        runner = self.context.coroutine_runner
-        self._runner_submit = None if runner is None else runner.submit
-        self._handler_type = _CoroutineElementHandler if self._coroutine is not None and runner is not None else _ElementHandler
+        coroutine, runner = self.function.direct_coroutine(), self.context.coroutine_runner
+        self._handler_type: type[_ElementHandler] = _ElementHandler
+        if coroutine is not None and runner is not None:
+            self._coroutine, self._runner_submit = coroutine, runner.submit
+            self._handler_type = _CoroutineElementHandler
         self._replay_restored()
 
     def close(self) -> None:

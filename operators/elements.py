@@ -60,9 +60,11 @@ class Record:
         return f"Record(value={self.value!r}, timestamp_ms={self.timestamp_ms!r}, origin={self.origin!r})"
 
 
-_set_value = Record.value.__set__  # type: ignore[attr-defined]
-_set_timestamp = Record.timestamp_ms.__set__  # type: ignore[attr-defined]
-_set_origin = Record.origin.__set__  # type: ignore[attr-defined]
+# The slots' member descriptors (read from the class's namespace: ``Record.value`` means the
+# field to a type checker).
+_set_value = Record.__dict__["value"].__set__
+_set_timestamp = Record.__dict__["timestamp_ms"].__set__
+_set_origin = Record.__dict__["origin"].__set__
 
 
 @dataclass(frozen=True, slots=True)
