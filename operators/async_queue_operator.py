@@ -23,8 +23,8 @@ from typing import Any, Literal
 from .async_attempt import DEAD_LETTER, DeadLetter
 from .elements import Record, Watermark
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
-from .operator import StreamOperator
 from .mailbox_processor import CoalescingInbox
+from .operator import StreamOperator
 from .ordered_queue import OrderedQueue
 from .request_keys import request_key
 from .retry import NoRetry, RetryStrategy
