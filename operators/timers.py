@@ -258,15 +258,18 @@ class DeadlineQueue:
     def cancel(self) -> None:
         """One item stopped waiting (its owner has set its ``timeout_timer`` to None)."""
         self._waiting -= 1
+        self._drop_finished_head()
+        if len(self._items) > 2 * self._waiting + 64:
+            self._items = deque(item for item in self._items if item.timeout_timer is self)
+
+    def _drop_finished_head(self) -> None:
+        """Drop the items at the head that wait no more; with none left, no timer either."""
         items = self._items
         while items and items[0].timeout_timer is not self:
             items.popleft()
-        if not items:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-        elif len(items) > 2 * self._waiting + 64:
-            self._items = deque(item for item in items if item.timeout_timer is self)
+        if not items and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _fire(self, timestamp_ms: int) -> None:
         # Only what was due at the timer's time: a later deadline that has passed too fires
@@ -279,10 +282,9 @@ class DeadlineQueue:
                 item.timeout_timer = None
                 self._waiting -= 1
                 item.on_timeout(timestamp_ms)
-        while items and items[0].timeout_timer is not self:
-            items.popleft()
-        if items and self._timer is None:
-            self._timer = self._processing_time.register_timer(items[0].deadline_ms, self._fire)  # type: ignore[arg-type]
+        self._drop_finished_head()
+        if self._items and self._timer is None:
+            self._timer = self._processing_time.register_timer(self._items[0].deadline_ms, self._fire)  # type: ignore[arg-type]
 
 
 def _run_timer(handle: TimerHandle, callback: Callable[[int], None]) -> None:
