@@ -55,6 +55,7 @@ from .naming import instance_name, task_name
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner
 from .processing_time import AsyncioProcessingTimeService
 from .source_actor import BlockReader, LocalChannel, route_items
+from .store_pages import process_pages
 
 __all__ = ["ChainSpec", "OperatorActor"]
 
@@ -255,6 +256,8 @@ class OperatorActor:
         self._wake()
 
     async def push(self, channel: int, seq: int, kind: str, payload: Any) -> None:
+        if kind == "records":
+            process_pages.passed(payload.table.nbytes)  # a large batch came through the store
         await self._gate.push(channel, seq, kind, payload)
 
     async def wait(self) -> dict[str, Any]:
@@ -313,6 +316,7 @@ class OperatorActor:
             raise ValueError(f"{self.name}: not the last stage, its output went downstream")
         async for table in self._local_sink.drain():
             yield table
+            process_pages.passed(table.nbytes)  # it is in the store now
 
     async def output_schema(self) -> pa.Schema | None:
         return self._local_sink.schema() if self._local_sink is not None else None

@@ -28,6 +28,7 @@ from .arrow_rows import RowBatch
 from .channel import ChannelSender
 from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
+from .store_pages import process_pages
 
 __all__ = ["BlockReader", "LocalChannel", "SourceActor", "event_time_ms", "route_items"]
 
@@ -118,6 +119,7 @@ class BlockReader:
         tick_s = None if self._idleness_ms is None else min(self._idleness_ms, 100) / 1000
         last_ref: Any = None
         whole: RowBatch | None = None
+        whole_bytes = 0
         for piece_index, piece in enumerate(self._blocks):
             if piece_index < start_piece:
                 continue
@@ -138,6 +140,7 @@ class BlockReader:
                 if not isinstance(table, pa.Table):  # a pandas block
                     table = pa.Table.from_pandas(table, preserve_index=False)
                 whole = RowBatch(table, event_time_ms(table, event_time) if event_time is not None else None)
+                whole_bytes = table.nbytes
                 last_ref = ref
             stop = whole.num_rows if length is None else min(whole.num_rows, first + length)
             for offset in range(first + skip, stop, self._batch_size):
@@ -159,6 +162,8 @@ class BlockReader:
                 for element in after:
                     yield _item(element)
             self.position = (piece_index + 1, 0)
+            # Its pages in the store were read: count them (see store_pages).
+            process_pages.passed(whole_bytes * max(0, stop - first - skip) // max(1, whole.num_rows))
             await asyncio.sleep(0)
         # No final watermark here: a split that ends holds nothing back, but must not carry event
         # time to its end while another split is idle; the receiver does that when all inputs end.
