@@ -177,7 +177,7 @@ def _run_recoverable(
     failures: list[str] = []
     samples: list[tuple[float, int, int]] = []  # of the attempts that failed
     number = 0
-    restore = ray.get(coordinator.restore_point.remote(0)) if config.resume_from is not None else None
+    restore = _restore_point(job, coordinator, 0) if config.resume_from is not None else None
     try:
         while True:
             attempt = _Attempt(graph, job, number, checkpoints.for_attempt(number), coordinator, restore,
@@ -215,9 +215,19 @@ def _run_recoverable(
                         f"{_describe(error)}"
                     ) from _cause(error)
                 number += 1
-                restore = ray.get(coordinator.restore_point.remote(number))
+                restore = _restore_point(job, coordinator, number)
     finally:
         ray.kill(coordinator, no_restart=True)
+
+
+def _restore_point(job: str, coordinator: Any, attempt: int) -> int | None:
+    """The checkpoint that attempt ``attempt`` restores; a coordinator that died fails the job."""
+    try:
+        return ray.get(coordinator.restore_point.remote(attempt))
+    except RayError as error:
+        raise JobFailedError(
+            f"job {job!r} failed: its checkpoint coordinator died, so no attempt can restore: {_describe(error)}"
+        ) from _cause(error)
 
 
 def _open_checkpoints(job: str, config: CheckpointConfig) -> tuple[JobCheckpoints, int]:

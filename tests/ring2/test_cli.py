@@ -6,13 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 
 import pytest
 import ray
 
 from examples.pipelines import slow_users, steady_users
-from tests.ring2.waiting import find_actor, poll
+from operators import JobFailedError
+from tests.ring2.waiting import Background, find_actor, poll
 
 pytestmark = pytest.mark.ray
 
@@ -57,13 +57,12 @@ def test_run_runs_a_pipeline_to_its_end():
 
 
 def test_status_shows_every_instance_of_a_running_job(ray_session):
-    thread = threading.Thread(target=lambda: slow_users().execute(progress=False), daemon=True)
-    thread.start()
+    job = Background(lambda: slow_users().execute(progress=False))
     actor = poll(lambda: find_actor("slow-users/slow[0/1]"))
     poll(lambda: ray.get(actor.stats.remote())["records_in"] > 0)
     done = _actorflow("status", "--address", ray.get_runtime_context().gcs_address)
     ray.kill(actor)  # the job fails and cleans up; the test has seen what it needed
-    thread.join(60)
+    assert job.failed_with(JobFailedError, "an actor died"), job.error
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].split()[:4] == ["operator", "instance", "state", "in"]
@@ -94,9 +93,7 @@ def test_chaos_refuses_a_duration_it_cannot_read():
 
 def test_status_shows_the_last_checkpoint_and_the_restarts_of_a_recovered_job(ray_session, tmp_path):
     stream = steady_users(200_000)
-    thread = threading.Thread(target=lambda: stream.execute(
-        progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path)), daemon=True)
-    thread.start()
+    job = Background(lambda: stream.execute(progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path)))
     first = poll(lambda: find_actor("steady-users/tag[0/2]"))
     poll(lambda: ray.get(first.checkpoints_done.remote()) >= 1)
     ray.kill(first, no_restart=True)
@@ -109,8 +106,7 @@ def test_status_shows_the_last_checkpoint_and_the_restarts_of_a_recovered_job(ra
         actor = find_actor(name)
         if actor is not None:
             ray.kill(actor, no_restart=True)
-    thread.join(120)
-    assert not thread.is_alive()
+    assert job.join(120).failed_with(JobFailedError), job.error
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].split()[-2:] == ["checkpoint", "restarts"]

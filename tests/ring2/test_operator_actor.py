@@ -12,7 +12,7 @@ import ray
 from ray.util.state import list_actors
 
 from cluster import from_arrow
-from tests.ring2.waiting import find_actor, poll
+from tests.ring2.waiting import Background, find_actor, poll
 from operators import (
     DEAD_LETTER,
     AsyncFunction,
@@ -188,9 +188,7 @@ def test_blocking_function_runs_in_micro_batched_ray_tasks(ray_session):
 
 
 def _running_job(stream):
-    thread = threading.Thread(target=lambda: stream.execute(progress=False), daemon=True)
-    thread.start()
-    return thread
+    return Background(lambda: stream.execute(progress=False))
 
 
 
@@ -209,7 +207,7 @@ def test_actors_are_named_job_operator_index_parallelism_while_running(ray_sessi
     actor = ray.get_actor("named/enrich[0/2]", namespace="actorflow")
     assert repr(actor).startswith("Actor(") and ray.get(actor.stats.remote())["name"] == "named/enrich[0/2]"
     _stop(expected)
-    thread.join(60)
+    assert thread.failed_with(JobFailedError, "an actor died"), thread.error
 
 
 @pytest.mark.parametrize("chained", [True, False], ids=["chained-source", "source-actor"])
@@ -235,7 +233,7 @@ def test_backpressure_holds_the_source_back_while_a_slow_stage_drains(ray_sessio
     # (4) and the batch being taken apart hold, with room to spare: not by the whole input.
     assert sent <= parallelism * 15 * 100, sent
     _stop([reader_name] + [f"{job}/async_map[{i}/{parallelism}]" for i in range(parallelism)])
-    thread.join(60)
+    assert thread.failed_with(JobFailedError, "an actor died"), thread.error
 
 
 def test_an_instance_whose_downstream_takes_no_more_counts_its_backpressured_time(ray_session):
@@ -261,7 +259,7 @@ def test_an_instance_whose_downstream_takes_no_more_counts_its_backpressured_tim
     assert abs(fast_figures["watermark_lag_ms"] - (now_ms - fast_figures["watermark_ms"])) < 10_000, fast_figures
     _stop(["backpressured/source[0/1]", "backpressured/map[0/1]", "backpressured/async_map[0/2]",
            "backpressured/async_map[1/2]"])
-    thread.join(60)
+    assert thread.failed_with(JobFailedError, "an actor died"), thread.error
 
 
 def test_a_source_actor_spreads_batches_over_every_instance_of_a_wider_stage(ray_session):

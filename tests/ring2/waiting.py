@@ -1,7 +1,9 @@
-"""Helpers for ring-2 tests that watch a job while it runs: poll a condition, find an actor."""
+"""Helpers for ring-2 tests that watch a job while it runs: run it in the background, poll a
+condition, find an actor."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
@@ -25,3 +27,31 @@ def find_actor(name: str) -> Any:
         return ray.get_actor(name, namespace="actorflow")
     except ValueError:
         return None
+
+
+class Background:
+    """Runs ``fn()`` in a daemon thread and keeps its result or its error for the test to check,
+    instead of letting the error escape the thread (a test that kills a running job's actors
+    expects the job to fail)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as error:  # noqa: BLE001 - kept for the test
+            self.error = error
+
+    def join(self, timeout_s: float = 60) -> "Background":
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"the background job did not end within {timeout_s} s"
+        return self
+
+    def failed_with(self, kind: type[BaseException], text: str = "") -> bool:
+        """The job ended, with an error of ``kind`` whose message holds ``text``."""
+        self.join()
+        return isinstance(self.error, kind) and text in str(self.error)
