@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import operator
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -219,21 +220,28 @@ class SchemaTracker:
         self._types: dict[str, pa.DataType] = {}
 
     def table(self, values: list[Any]) -> pa.Table:
-        # Every key of every row becomes a column: inferring columns from the first row alone
-        # would silently drop the keys that only later rows have.
-        keys: dict[str, None] = {}
-        seen: Any = None  # the key set of the last row that brought new keys
-        for value in values:
-            if not isinstance(value, dict):
+        gathered = _same_keys_columns(values)
+        if gathered is None:
+            # Every key of every row becomes a column: inferring columns from the first row alone
+            # would silently drop the keys that only later rows have.
+            keys: dict[str, None] = {}
+            seen: Any = None  # the key set of the last row that brought new keys
+            for value in values:
+                if not isinstance(value, dict):
+                    raise SchemaError(
+                        f"every record must be a dict of column values once the first is, got a "
+                        f"{type(value).__name__}: {describe_value(value)}"
+                    )
+                if value.keys() != seen:  # rows mostly share their keys: compared in place, not copied
+                    keys.update(dict.fromkeys(value))
+                    seen = value.keys()
+            gathered = {name: [v.get(name) for v in values] for name in keys}
+            if values and not gathered:  # Arrow has no rows without columns: they would vanish
                 raise SchemaError(
-                    f"every record must be a dict of column values once the first is, got a {type(value).__name__}: "
-                    f"{describe_value(value)}"
+                    f"{len(values)} records are empty dicts, and no record of their batch has a column; "
+                    "a row needs at least one column"
                 )
-            if value.keys() != seen:  # rows mostly share their keys: compared in place, not copied
-                keys.update(dict.fromkeys(value))
-                seen = value.keys()
-        columns = {name: self._column(name, [v.get(name) for v in values], values) for name in keys}
-        return pa.table(columns)
+        return pa.table({name: self._column(name, column, values) for name, column in gathered.items()})
 
     def table_of_arrow(self, table: pa.Table) -> pa.Table:
         """``table`` with the types its columns would have taken as Python values through ``table()``.
@@ -297,6 +305,27 @@ class SchemaTracker:
             ) from error
         self._types[name] = wider
         return array
+
+
+def _same_keys_columns(values: list[Any]) -> dict[str, list[Any]] | None:
+    """The columns of ``values`` when every row is a plain dict with the first row's keys (the
+    usual case, found in one pass of C loops); None otherwise, and the caller looks at each row.
+
+    Rows of one length that all hold every key of the first have its key set exactly.
+    """
+    first = values[0] if values else None
+    if type(first) is not dict or not first:
+        return None
+    keys = tuple(first)
+    if set(map(type, values)) != {dict} or set(map(len, values)) != {len(keys)}:
+        return None
+    try:
+        picked = list(map(operator.itemgetter(*keys), values))
+    except KeyError:
+        return None
+    if len(keys) == 1:
+        return {keys[0]: picked}
+    return dict(zip(keys, map(list, zip(*picked))))
 
 
 def _as_from_python(column: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -33,6 +33,27 @@ def test_keys_that_only_later_rows_have_are_kept():
     assert [v for v, _ in table_to_rows(batch)] == [{"a": 1, "late": None}, {"a": 2, "late": "x"}]
 
 
+def test_rows_of_one_length_with_other_keys_keep_every_key():
+    # Same number of keys as the first row, but not the same keys: no column may be lost.
+    batch = rows_to_batch([{"a": 1, "b": 2}, {"a": 3, "c": 4}], [None, None])
+    assert [v for v, _ in table_to_rows(batch)] == [{"a": 1, "b": 2, "c": None}, {"a": 3, "b": None, "c": 4}]
+
+
+def test_a_batch_of_only_empty_dicts_is_an_error_not_rows_that_vanish():
+    with pytest.raises(SchemaError, match="2 records are empty dicts, and no record of their batch has a column"):
+        rows_to_batch([{}, {}], [None, None])
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(-5, 5), max_size=4),
+                min_size=1, max_size=12).filter(lambda rows: any(rows)))
+@settings(max_examples=200, deadline=None)
+def test_each_key_of_each_row_becomes_a_column_in_first_seen_order(rows):
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    table = SchemaTracker().table(rows)
+    assert table.column_names == names
+    assert table.to_pylist() == [{k: row.get(k) for k in names} for row in rows]
+
+
 def test_bare_values_round_trip():
     batch = rows_to_batch([1, 2, 3], [None, None, None])
     assert [v for v, _ in table_to_rows(batch)] == [1, 2, 3]
