@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 import pyarrow as pa
 
 from actors.arrow_rows import conform_table, ipc_bytes
+from actors.store_pages import process_pages
 from operators.errors import SchemaError
 
 if TYPE_CHECKING:
@@ -129,6 +130,9 @@ def _fetch_partitions(
     for ref in pending:
         # Spark's writer attaches schema metadata that the blocks must not carry.
         tables.append(pa.ipc.open_stream(pa.BufferReader(ray.get(ref))).read_all().replace_schema_metadata())
+    # This worker outlives the task: the store's pages it reads and writes must not pile up in
+    # its RSS (see actors.store_pages).
+    process_pages.passed(2 * sum(table.nbytes for table in tables))
     return (*tables, *[table.num_rows for table in tables])
 
 
@@ -412,7 +416,9 @@ def _conform_to_ipc(target: pa.Schema, fill_missing: bool, *tables: pa.Table | N
     conformed = [conform_table(table, target, fill_missing=fill_missing) for table in tables if table is not None]
     if not conformed:
         return b"", 0
-    return ipc_bytes(conformed), sum(table.num_rows for table in conformed)
+    blob = ipc_bytes(conformed)
+    process_pages.passed(2 * len(blob))  # the blocks read, the blob written (see _fetch_partitions)
+    return blob, sum(table.num_rows for table in conformed)
 
 
 @functools.cache

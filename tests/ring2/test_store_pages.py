@@ -80,3 +80,27 @@ def test_an_actor_releases_the_store_pages_it_read_and_reads_them_again_intact(r
     assert seen["before"] >= 0.9 * block_kib, seen
     assert seen["after"] < 0.1 * block_kib, seen  # the entries went, the data stayed in the store
     assert seen["again"] >= 0.9 * block_kib, seen  # reading maps the same pages again
+
+
+@ray.remote(num_cpus=0)
+class _Converter:
+    def conform(self, refs: list) -> dict:
+        from spark_bridge.arrow_io import _conform_to_ipc
+
+        [ref] = refs
+        table = ray.get(ref)
+        blob, rows = _conform_to_ipc(table.schema, False, table)  # what the conversion task runs
+        return {"rows": rows, "blob": len(blob), "shmem": _rss_shmem_kib()}
+
+
+@pytest.mark.ray
+def test_the_conversion_task_for_spark_leaves_no_store_pages_in_its_worker(ray_session):
+    values = np.arange(12_500_000, dtype=np.int64)  # 100 MB: over the release threshold, read and written
+    ref = ray.put(pa.table({"v": values}))
+    converter = _Converter.remote()
+    try:
+        seen = ray.get(converter.conform.remote([ref]))
+    finally:
+        ray.kill(converter)
+    assert seen["rows"] == len(values) and seen["blob"] >= values.nbytes
+    assert seen["shmem"] < 0.1 * values.nbytes // 1024, seen
