@@ -50,6 +50,17 @@ def _rss_shmem_kib() -> int:
     raise AssertionError("no RssShmem in /proc/self/status")
 
 
+def _in_fresh_actor(actor_class, method: str, values: np.ndarray) -> dict:
+    """What ``method`` of a new actor reports on a block of ``values`` put in the object store
+    (by reference, so that the actor reads it from the store)."""
+    ref = ray.put(pa.table({"v": values}))
+    actor = actor_class.remote()
+    try:
+        return ray.get(getattr(actor, method).remote([ref]))
+    finally:
+        ray.kill(actor)
+
+
 @ray.remote(num_cpus=0)
 class _Reader:
     def read_release_read(self, refs: list) -> dict:
@@ -67,12 +78,7 @@ class _Reader:
 @pytest.mark.ray
 def test_an_actor_releases_the_store_pages_it_read_and_reads_them_again_intact(ray_session):
     values = np.arange(25_000_000, dtype=np.int64)  # 200 MB in the object store
-    ref = ray.put(pa.table({"v": values}))
-    reader = _Reader.remote()
-    try:
-        seen = ray.get(reader.read_release_read.remote([ref]))
-    finally:
-        ray.kill(reader)
+    seen = _in_fresh_actor(_Reader, "read_release_read", values)
     expected = int(values.sum())
     assert seen["sums"] == (expected, expected)
     assert seen["released"] >= 1
@@ -96,11 +102,6 @@ class _Converter:
 @pytest.mark.ray
 def test_the_conversion_task_for_spark_leaves_no_store_pages_in_its_worker(ray_session):
     values = np.arange(12_500_000, dtype=np.int64)  # 100 MB: over the release threshold, read and written
-    ref = ray.put(pa.table({"v": values}))
-    converter = _Converter.remote()
-    try:
-        seen = ray.get(converter.conform.remote([ref]))
-    finally:
-        ray.kill(converter)
+    seen = _in_fresh_actor(_Converter, "conform", values)
     assert seen["rows"] == len(values) and seen["blob"] >= values.nbytes
     assert seen["shmem"] < 0.1 * values.nbytes // 1024, seen
