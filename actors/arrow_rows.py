@@ -309,7 +309,7 @@ class SchemaTracker:
 
 def _same_keys_columns(values: list[Any]) -> dict[str, list[Any]] | None:
     """The columns of ``values`` when every row is a plain dict with the first row's keys (the
-    usual case, found in one pass of C loops); None otherwise, and the caller looks at each row.
+    usual case, found with C loops); None otherwise, and the caller looks at each row.
 
     Rows of one length that all hold every key of the first have its key set exactly.
     """
@@ -320,12 +320,10 @@ def _same_keys_columns(values: list[Any]) -> dict[str, list[Any]] | None:
     if set(map(type, values)) != {dict} or set(map(len, values)) != {len(keys)}:
         return None
     try:
-        picked = list(map(operator.itemgetter(*keys), values))
+        # A column at a time: a C loop per key, with no tuple per row to transpose.
+        return {key: list(map(operator.itemgetter(key), values)) for key in keys}
     except KeyError:
         return None
-    if len(keys) == 1:
-        return {keys[0]: picked}
-    return dict(zip(keys, map(list, zip(*picked))))
 
 
 def _as_from_python(column: pa.ChunkedArray | pa.Array) -> pa.Array:
