@@ -48,6 +48,7 @@ from .async_function import ResultFuture
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record, Watermark
 from .errors import ConfigurationError, RecordError, ResultTypeError
+from .request_keys import key_text
 from .retry import RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 from .timers import TimerHandle
@@ -264,14 +265,14 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
                 batch = restored_group(self._buffer_group)
             else:
                 batch = None  # in the buffer
-            items.append(("record", entry.record.value, entry.record.timestamp_ms, batch, entry.record.origin, entry.key))
+            items.append(("record", entry.record.value, entry.record.timestamp_ms, batch, entry.record.origin, key_text(entry.key)))
         for pending in self._waiting:
             element = pending.element
             if isinstance(element, Watermark):
                 items.append(("watermark", element.timestamp_ms))
             else:
                 batch = None if pending.group is None else restored_group(pending.group)
-                items.append(("record", element.value, element.timestamp_ms, batch, element.origin, pending.key))
+                items.append(("record", element.value, element.timestamp_ms, batch, element.origin, None if pending.key is None else key_text(pending.key)))
         flush_remaining = None
         if self._flush_timer is not None:
             flush_remaining = max(0, self._flush_timer.timestamp_ms - now)

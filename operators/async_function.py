@@ -16,7 +16,7 @@ import inspect
 from typing import Any, Callable, Sequence
 
 from .errors import AsyncTimeoutError, ConfigurationError, ResultTypeError, describe_value
-from .request_keys import call_in_request
+from .request_keys import RequestKey, call_in_request, key_text
 
 __all__ = [
     "AsyncFunction",
@@ -44,8 +44,8 @@ class ResultFuture:
     def __init__(
         self,
         deliver: Callable[[Sequence[Any] | None, BaseException | None], None],
-        idempotency_key: str | None = None,
-        idempotency_keys: Sequence[str] | None = None,
+        idempotency_key: RequestKey | None = None,
+        idempotency_keys: Sequence[RequestKey] | None = None,
     ) -> None:
         # Completing takes the single token; list.pop() is atomic, so of two racing threads
         # exactly one wins, without the cost of a lock per request.
@@ -62,13 +62,14 @@ class ResultFuture:
     @property
     def idempotency_key(self) -> str | None:
         """The idempotency key of the record this request serves; None for a batch."""
-        return self._idempotency_key
+        key = self._idempotency_key
+        return None if key is None else key_text(key)
 
     @property
     def idempotency_keys(self) -> list[str] | None:
         """The idempotency keys of the records of the batch this request serves, in order; None
         for a single record."""
-        return None if self._idempotency_keys is None else list(self._idempotency_keys)
+        return None if self._idempotency_keys is None else [key_text(k) for k in self._idempotency_keys]
 
     def complete(self, results: Sequence[Any]) -> None:
         """Complete with a list (or tuple) of results; an empty list means "no output"."""

@@ -26,7 +26,7 @@ from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunc
 from .mailbox_processor import CoalescingInbox
 from .operator import StreamOperator
 from .ordered_queue import OrderedQueue
-from .request_keys import request_key
+from .request_keys import RequestKey, key_text
 from .retry import NoRetry, RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 from .timers import DeadlineQueue
@@ -44,7 +44,7 @@ class Pending:
 
     def __init__(
         self, element: Record | Watermark, attempt: int = 1, remaining_ms: int | None = None, group: int | None = None,
-        retry_in_ms: int | None = None, key: str | None = None,
+        retry_in_ms: int | None = None, key: RequestKey | None = None,
     ) -> None:
         self.element = element
         self.attempt = attempt
@@ -151,12 +151,12 @@ class AsyncQueueOperator(StreamOperator):
 
     # ------------------------------------------------------------------ internals
 
-    def _request_key(self, record: Record) -> str:
-        """The idempotency key of a record taken in now; it counts as taken in."""
+    def _request_key(self, record: Record) -> RequestKey:
+        """The idempotency key of a record taken in now, as its parts; it counts as taken in."""
         sequence = self._sequence
         self._sequence += 1
         prefix = self.context.request_key_prefix
-        return request_key(self.context.name if prefix is None else prefix, record.origin, sequence)
+        return (self.context.name if prefix is None else prefix, record.origin, sequence)
 
     def _add(self, pending: Pending) -> None:
         # Behind an element that waits for room, everything waits: order is kept.
@@ -179,7 +179,7 @@ class AsyncQueueOperator(StreamOperator):
         """Start the record of ``pending`` (with its attempt, deadline and key); False if no room."""
         raise NotImplementedError
 
-    def _try_start_new(self, record: Record, key: str) -> bool:
+    def _try_start_new(self, record: Record, key: RequestKey) -> bool:
         """Start a record just taken in (first attempt, full deadline); False if no room."""
         return self._try_start_record(Pending(record, key=key))
 
@@ -281,7 +281,7 @@ class AsyncQueueOperator(StreamOperator):
             else:
                 items.append((
                     "record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms,
-                    pending.retry_in_ms, element.origin, pending.key,
+                    pending.retry_in_ms, element.origin, None if pending.key is None else key_text(pending.key),
                 ))
         return items
 

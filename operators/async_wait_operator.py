@@ -43,7 +43,7 @@ from .async_function import AsyncFunction, ResultFuture, as_async_function
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
 from .errors import ConfigurationError, RecordError
-from .request_keys import call_in_request
+from .request_keys import RequestKey, call_in_request, key_text
 from .retry import RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 
@@ -188,7 +188,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
                 handler: _ElementHandler = entry.handler
                 items.append((
                     "record", entry.record.value, entry.record.timestamp_ms, handler.snapshot_attempt(),
-                    handler.remaining_ms(now), handler.retry_in_ms(now), entry.record.origin, entry.key,
+                    handler.remaining_ms(now), handler.retry_in_ms(now), entry.record.origin, key_text(entry.key),
                 ))
         items.extend(self._snapshot_waiting())
         return {"items": items, "sequence": self._sequence}
@@ -200,10 +200,10 @@ class AsyncWaitOperator(AsyncQueueOperator):
         assert isinstance(record, Record) and key is not None  # a record always has its key
         return self._start(record, key, pending.attempt, pending.remaining_ms, pending.retry_in_ms)
 
-    def _try_start_new(self, record: Record, key: str) -> bool:
+    def _try_start_new(self, record: Record, key: RequestKey) -> bool:
         return self._start(record, key, 1, None, None)
 
-    def _start(self, record: Record, key: str, attempt: int, remaining_ms: int | None, retry_in_ms: int | None) -> bool:
+    def _start(self, record: Record, key: RequestKey, attempt: int, remaining_ms: int | None, retry_in_ms: int | None) -> bool:
         if self._requests >= self.capacity:
             return False
         now = self.context.processing_time.now_ms()

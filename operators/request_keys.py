@@ -31,16 +31,21 @@ they start, and in a blocking function that runs in a Ray task.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
-__all__ = ["call_in_request", "current_request_key", "current_request_keys", "request_key"]
+__all__ = ["RequestKey", "call_in_request", "current_request_key", "current_request_keys", "key_text", "request_key"]
 
 T = TypeVar("T")
+
+# A key as an operator keeps it: its text, or the ``(prefix, origin, sequence)`` it is made of,
+# formatted only when someone reads it. Most keys are never read, and a record arrives far more
+# often than a key is asked for.
+RequestKey = Union[str, tuple[str, Optional[tuple[Any, ...]], int]]
 
 # The request being served: ``(key, keys)``, a record's key or a batch's keys. A task (and so a
 # coroutine on the runner) copies the context it was created in, so a request's coroutine keeps
 # its key while other requests run on the same loop. One variable, so that a request sets one.
-_request: ContextVar[tuple[str | None, tuple[str, ...] | None]] = ContextVar(
+_request: ContextVar[tuple[RequestKey | None, tuple[RequestKey, ...] | None]] = ContextVar(
     "actorflow_request", default=(None, None))
 
 
@@ -52,6 +57,11 @@ def request_key(prefix: str, origin: tuple[Any, ...] | None, sequence: int) -> s
         split, piece, row = origin
         return f"{prefix}/{split}.{piece}.{row}"
     return f"{prefix}/{'.'.join(map(str, origin))}"
+
+
+def key_text(key: RequestKey) -> str:
+    """The text of a key kept as its parts (or already text)."""
+    return key if isinstance(key, str) else request_key(*key)
 
 
 def current_request_key() -> str | None:
@@ -66,7 +76,8 @@ def current_request_key() -> str | None:
     >>> h.process_element("u1", origin=(0, 7)); h.run_until_idle(); h.output_values()
     [('u1', 'clicks/enrich/0.7')]
     """
-    return _request.get()[0]
+    key = _request.get()[0]
+    return None if key is None else key_text(key)
 
 
 def current_request_keys() -> list[str] | None:
@@ -81,10 +92,12 @@ def current_request_keys() -> list[str] | None:
     [('a', 'p/0'), ('b', 'p/1')]
     """
     keys = _request.get()[1]
-    return None if keys is None else list(keys)
+    return None if keys is None else [key_text(k) for k in keys]
 
 
-def call_in_request(key: str | None, keys: Sequence[str] | None, fn: Callable[..., T], *args: Any) -> T:
+def call_in_request(
+    key: RequestKey | None, keys: Sequence[RequestKey] | None, fn: Callable[..., T], *args: Any
+) -> T:
     """``fn(*args)`` with ``key`` (one record's) or ``keys`` (a batch's) as the current request's.
 
     What ``fn`` starts in the current context (tasks, coroutines) keeps them; they are reset when

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .elements import Record, Watermark
+from .request_keys import RequestKey
 
 __all__ = ["QueueEntry", "RecordEntry", "WatermarkEntry"]
 
@@ -28,7 +29,7 @@ class RecordEntry(QueueEntry):
 
     __slots__ = ("record", "key", "handler", "kind", "payload", "started_ms")
 
-    def __init__(self, record: Record, key: str, started_ms: int | None = None) -> None:
+    def __init__(self, record: Record, key: RequestKey, started_ms: int | None = None) -> None:
         super().__init__()
         self.record = record
         self.key = key
