@@ -20,6 +20,7 @@ import ray
 
 from actors.batch_task_function import batch_function_kind, make_batch_function
 from operators.arrow_batch import ArrowBatchFunction
+from operators.async_attempt import CopyInputs
 from operators.async_batch_function import AsyncBatchFunction
 from operators.async_batch_operator import AsyncBatchWaitOperator, async_wait_batch
 from operators.async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout
@@ -86,7 +87,7 @@ class DataStream:
         name: str = "async_map",
         max_tasks: int = 2,
         queue_capacity: int | None = None,
-        copy_inputs: bool = True,
+        copy_inputs: CopyInputs = True,
     ) -> S:
         """Enrich each record through ``fn``, with Flink's async I/O guarantees.
 
@@ -98,7 +99,9 @@ class DataStream:
         can wait behind a slow request while new requests start. ``copy_inputs`` gives each
         attempt its own copy of the record, so that a function that changes its argument
         changes neither a retry's input nor a snapshot (a blocking function's argument is
-        already a copy: it reaches its Ray task serialised).
+        already a copy: it reaches its Ray task serialised). ``copy_inputs="shallow"`` copies a
+        dict with ``dict()`` without looking at its values: for rows of scalars only, as
+        ``enrich()`` picks for a DataFrame without nested columns.
         """
         kind = _function_kind(fn)
         mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
@@ -122,7 +125,7 @@ class DataStream:
                 function = FallbackOnTimeout(function, _named_fallback(fallback))
             return AsyncWaitOperator(
                 function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-                on_error=on_error, copy_inputs=copy_inputs and kind != "blocking", name=name,
+                on_error=on_error, copy_inputs=False if kind == "blocking" else copy_inputs, name=name,
                 queue_capacity=queue_capacity,
             )
 
@@ -143,7 +146,7 @@ class DataStream:
         parallelism: int | None = None,
         name: str = "async_map_batch",
         queue_capacity: int | None = None,
-        copy_inputs: bool = True,
+        copy_inputs: CopyInputs = True,
     ) -> S:
         """Enrich records ``batch_size`` at a time: ``fn(values)`` returns one result list per value.
 
@@ -169,7 +172,7 @@ class DataStream:
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
         # A batch that goes to a Ray task is serialised there: it is a copy already.
-        copy = copy_inputs and kind not in ("blocking", "arrow_blocking")
+        copy: CopyInputs = False if kind in ("blocking", "arrow_blocking") else copy_inputs
 
         def factory() -> StreamOperator:
             return async_wait_batch(

@@ -26,7 +26,7 @@ import datetime
 import decimal
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence, Union
 
 from .async_function import ResultFuture, results_error
 from .errors import RecordError, describe_value
@@ -35,7 +35,7 @@ from .operator import OperatorContext, OperatorMetrics
 from .retry import RetryStrategy
 from .timers import DeadlineQueue, TimerHandle
 
-__all__ = ["DEAD_LETTER", "AttemptHandler", "CoroutineCall", "DeadLetter", "copy_input"]
+__all__ = ["COPIERS", "DEAD_LETTER", "AttemptHandler", "CopyInputs", "CoroutineCall", "DeadLetter", "copy_input", "copy_row"]
 
 #: The side output that receives dead letters.
 DEAD_LETTER = "dead_letter"
@@ -80,6 +80,20 @@ def copy_input(value: Any, timestamp_ms: int | None) -> Any:
             value=value,
             timestamp_ms=timestamp_ms,
         ) from error
+
+
+def copy_row(value: Any, timestamp_ms: int | None) -> Any:
+    """``dict(value)`` for a dict whose values are all immutable scalars (``copy_inputs="shallow"``),
+    without looking at each value; anything else as ``copy_input`` copies it."""
+    return dict(value) if type(value) is dict else copy_input(value, timestamp_ms)
+
+
+#: ``copy_inputs``: True copies each attempt's input (``copy_input``), ``"shallow"`` copies a dict
+#: of scalars with ``dict()`` without checking its values (``copy_row``), False shares it.
+CopyInputs = Union[bool, Literal["shallow"]]
+
+#: What each ``copy_inputs`` setting copies an attempt's input with; None shares it.
+COPIERS: dict[Any, Callable[[Any, int | None], Any] | None] = {True: copy_input, "shallow": copy_row, False: None}
 
 
 class CoroutineCall:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Sequence
 
-from .async_attempt import AttemptHandler, copy_input
+from .async_attempt import AttemptHandler, CopyInputs
 from .async_batch_function import AsyncBatchFunction, FallbackOnBatchTimeout, as_async_batch_function
 from .async_function import ResultFuture
 from .async_queue_operator import AsyncQueueOperator, Pending
@@ -68,13 +68,14 @@ class _BatchHandler(AttemptHandler):
         self.entries = entries
 
     def _values(self) -> list[Any]:
-        if not self.op.copy_inputs:
+        copy = self.op.copy_input
+        if copy is None:
             return [e.record.value for e in self.entries]
         values: list[Any] = []
         keep: list[RecordEntry] = []
         for entry in self.entries:
             try:
-                values.append(copy_input(entry.record.value, entry.record.timestamp_ms))
+                values.append(copy(entry.record.value, entry.record.timestamp_ms))
                 keep.append(entry)
             except RecordError as error:
                 # This record alone fails (another attempt would fail the same way); the others
@@ -146,7 +147,7 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         timeout_ms: int | None = None,
         retry: RetryStrategy | None = None,
         on_error: Literal["fail", "dead_letter"] = "fail",
-        copy_inputs: bool = True,
+        copy_inputs: CopyInputs = True,
         name: str = "async_wait_batch",
         queue_capacity: int | None = None,
     ) -> None:
@@ -399,7 +400,7 @@ def async_wait_batch(
     on_error: Literal["fail", "dead_letter"] = "fail",
     name: str = "async_wait_batch",
     queue_capacity: int | None = None,
-    copy_inputs: bool = True,
+    copy_inputs: CopyInputs = True,
 ) -> AsyncBatchWaitOperator:
     """Build a batched async I/O operator.
 

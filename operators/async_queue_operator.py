@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Literal
 
-from .async_attempt import DEAD_LETTER, DeadLetter
+from .async_attempt import COPIERS, DEAD_LETTER, CopyInputs, DeadLetter
 from .elements import Record, Watermark
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
 from .mailbox_processor import CoalescingInbox
@@ -69,7 +69,7 @@ class AsyncQueueOperator(StreamOperator):
         timeout_ms: int | None,
         retry: RetryStrategy | None,
         on_error: Literal["fail", "dead_letter"],
-        copy_inputs: bool,
+        copy_inputs: CopyInputs,
         name: str,
     ) -> None:
         if mode not in ("ordered", "unordered"):
@@ -78,6 +78,8 @@ class AsyncQueueOperator(StreamOperator):
             raise ConfigurationError(f"timeout_ms must be an int > 0 or None, got {timeout_ms!r}")
         if on_error not in ("fail", "dead_letter"):
             raise ConfigurationError(f"on_error must be 'fail' or 'dead_letter', got {on_error!r}")
+        if type(copy_inputs) is not bool and copy_inputs != "shallow":
+            raise ConfigurationError(f"copy_inputs must be True, False or 'shallow', got {copy_inputs!r}")
         if retry is not None and not isinstance(retry, RetryStrategy):
             raise ConfigurationError(f"retry must be a RetryStrategy, got {type(retry).__name__}")
         self.mode = mode
@@ -85,6 +87,7 @@ class AsyncQueueOperator(StreamOperator):
         self.retry = retry if retry is not None else NoRetry()
         self.on_error = on_error
         self.copy_inputs = copy_inputs
+        self.copy_input = COPIERS[copy_inputs]  # None: attempts share the record's value
         self.name = name
         self.queue_capacity = 1
         self._failed: RecordError | None = None

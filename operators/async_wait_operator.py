@@ -18,7 +18,9 @@ Once a record has failed the operator, nothing more is emitted.
 
 With ``copy_inputs`` (the default), each attempt, and the user's ``timeout()``, get their own
 copy of a mutable input, so a function that changes its argument changes neither a retry's input
-nor the snapshot. The operator keeps the record it was given: its caller must not change it
+nor the snapshot. ``copy_inputs="shallow"`` copies a dict with ``dict()`` without looking at its
+values, for rows whose values are all scalars (ints, strings, datetimes, decimals, ...): a nested
+value would be shared. The operator keeps the record it was given: its caller must not change it
 afterwards (an operator chain never does).
 
 At the end of input the operator drains; retries keep their timers and backoff.
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Sequence
 
-from .async_attempt import DEAD_LETTER, AttemptHandler, CoroutineCall, DeadLetter, copy_input
+from .async_attempt import DEAD_LETTER, AttemptHandler, CopyInputs, CoroutineCall, DeadLetter
 from .async_function import AsyncFunction, ResultFuture, as_async_function
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
@@ -63,7 +65,8 @@ class _ElementHandler(AttemptHandler):
 
     def prepare_inputs(self) -> Any:
         record = self.entry.record
-        return copy_input(record.value, record.timestamp_ms) if self.op.copy_inputs else record.value
+        copy = self.op.copy_input
+        return record.value if copy is None else copy(record.value, record.timestamp_ms)
 
     def new_future(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> ResultFuture:
         return ResultFuture(deliver, self.entry.key)
@@ -124,7 +127,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
         timeout_ms: int | None = None,
         retry: RetryStrategy | None = None,
         on_error: Literal["fail", "dead_letter"] = "fail",
-        copy_inputs: bool = True,
+        copy_inputs: CopyInputs = True,
         name: str = "async_wait",
         queue_capacity: int | None = None,
     ) -> None:
@@ -232,11 +235,13 @@ def async_wait(
     on_error: Literal["fail", "dead_letter"] = "fail",
     name: str = "async_wait",
     queue_capacity: int | None = None,
+    copy_inputs: CopyInputs = True,
 ) -> AsyncWaitOperator:
     """Build an async I/O operator.
 
     ``function`` is an ``AsyncFunction`` or an ``async def f(value) -> list``. ``capacity``
     bounds the requests in flight; ``queue_capacity`` (default ``capacity``) the elements queued.
+    ``copy_inputs`` (see the module docstring) says how each attempt's input is copied.
 
     >>> async def lookup(user_id):
     ...     return [{"user_id": user_id, "segment": "gold"}]
@@ -246,5 +251,5 @@ def async_wait(
     """
     return AsyncWaitOperator(
         function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name,
-        queue_capacity=queue_capacity,
+        queue_capacity=queue_capacity, copy_inputs=copy_inputs,
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 import pyarrow as pa
 
 from operators.arrow_batch import ArrowBatchFunction
+from operators.async_attempt import CopyInputs
 from operators.errors import ConfigurationError, ResultTypeError, describe_value
 from operators.retry import RetryStrategy
 
@@ -108,11 +109,12 @@ def enrich(
     if schema is not None:
         given = set(schema.names)
         schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
+    copy_inputs = scalar_rows_copy(stream._input_schema)
     if batch_size is not None:
         stream = stream.async_map_batch(
             _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
             capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
-            name="enrich", queue_capacity=queue_capacity,
+            name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs,
         )
     else:
         if batch_timeout_ms is not None:
@@ -120,7 +122,7 @@ def enrich(
                 f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
         stream = stream.async_map(
             wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-            fallback=fallback_fn, on_error=on_error, name="enrich",
+            fallback=fallback_fn, on_error=on_error, name="enrich", copy_inputs=copy_inputs,
             queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
         )
     source = weakref.ref(stream.graph.source)
@@ -183,6 +185,19 @@ def auto_checkpoint_interval(df: "DataFrame") -> int | None:
 #: Rows that may wait, finished, behind a slow one in ordered mode: per request slot, and in all.
 _QUEUE_PER_SLOT = 100
 _QUEUE_MAX_ROWS = 20_000
+
+
+def scalar_rows_copy(schema: pa.Schema) -> CopyInputs:
+    """How an attempt copies a row of a DataFrame with ``schema``: ``"shallow"`` (``dict()``) when
+    no column is nested, since a row's values are then immutable (ints, strings, datetimes,
+    decimals, bytes, ...); a deep copy otherwise.
+
+    >>> scalar_rows_copy(pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))]))
+    'shallow'
+    >>> scalar_rows_copy(pa.schema([("id", pa.int64()), ("tags", pa.list_(pa.string()))]))
+    True
+    """
+    return "shallow" if not any(pa.types.is_nested(f.type) for f in schema) else True
 
 
 def default_queue_capacity(capacity: int, ordered: bool) -> int:

@@ -12,6 +12,7 @@ import pytest
 
 from operators import (
     DEAD_LETTER,
+    AsyncBatchFunction,
     AsyncFunction,
     ConfigurationError,
     FixedDelay,
@@ -22,6 +23,7 @@ from operators import (
     ResultFuture,
     Watermark,
     async_wait,
+    async_wait_batch,
 )
 
 from operators.async_attempt import copy_input
@@ -190,6 +192,52 @@ def test_each_attempt_gets_its_own_copy_of_the_input():
     fn.futures[2].complete(["ok"])
     h.run_until_idle()
     assert h.output == [Record("ok", 1)]
+
+
+@pytest.mark.parametrize("make", [
+    lambda fn, **kw: async_wait(fn, **kw),
+    lambda fn, **kw: async_wait_batch(_OneByOne(fn), batch_size=1, **kw),
+], ids=["async_wait", "async_wait_batch"])
+def test_a_shallow_copy_gives_each_attempt_its_own_row_and_shares_what_is_nested(make):
+    fn = Mutating()
+    h = OperatorHarness(make(fn, capacity=2, retry=FixedDelay(2, 10), copy_inputs="shallow"))
+    tags = ["a"]
+    h.process_element({"user": 1, "tags": tags}, timestamp_ms=1)
+    assert fn.seen[0] == {"user": 1, "tags": ["a"]}
+    assert pickle.loads(h.snapshot())[0]["items"][0][1] == {"user": 1, "tags": ["a"]}
+    fn.seen[0]["tags"].append("b")  # a nested value is the record's own: "shallow" is for scalars
+    fn.futures[0].complete_exceptionally(ConnectionError("503"))
+    h.set_processing_time(10)
+    assert fn.seen[1] == {"user": 1, "tags": ["a", "b"]} and tags == ["a", "b"]
+    fn.futures[1].complete(["ok"])
+    h.run_until_idle()
+    assert h.output == [Record("ok", 1)]
+
+
+class _OneByOne(AsyncBatchFunction):
+    """A batch function of one value at a time, over an ``AsyncFunction``."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def async_invoke_batch(self, values, result_future):
+        [value] = values
+
+        class One:
+            def complete(self, results):
+                result_future.complete([results])
+
+            def complete_exceptionally(self, error):
+                result_future.complete_exceptionally(error)
+
+        self.fn.async_invoke(value, One())
+
+
+@pytest.mark.parametrize("copy_inputs", ["deep", 1, None])
+def test_copy_inputs_is_true_false_or_shallow(copy_inputs):
+    with pytest.raises(ConfigurationError) as info:
+        async_wait(Scripted(), copy_inputs=copy_inputs)
+    assert str(info.value) == f"copy_inputs must be True, False or 'shallow', got {copy_inputs!r}"
 
 
 def test_an_immutable_input_is_not_copied():

@@ -128,3 +128,26 @@ def test_a_failing_fallback_says_it_was_the_fallback(spark):
     with pytest.raises(JobFailedError, match=r"the timeout fallback raised KeyError: 'missing'"):
         enrich(spark.range(3), hangs, timeout_ms=100, fallback=lambda row: {"x": row["missing"]},
                parallelism=1, progress=False)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["scalar-columns", "nested-columns"])
+def test_a_function_that_changes_its_row_does_not_change_what_its_retry_sees(spark, nested):
+    from operators import FixedDelay
+
+    schema = "id bigint, name string, tags array<string>" if nested else "id bigint, name string"
+    df = spark.createDataFrame([(i, f"n{i}", ["a"]) if nested else (i, f"n{i}") for i in range(6)], schema)
+    attempts: dict[int, int] = {}  # in the actor: parallelism 1 makes it one dict for all rows
+
+    async def careless(row):
+        attempts[row["id"]] = attempts.get(row["id"], 0) + 1
+        seen = {"seen_name": row["name"], "seen_tags": list(row["tags"]) if nested else None}
+        row["name"] = "changed"  # changes its argument, at the top level and inside
+        if nested:
+            row["tags"].append("changed")
+        if attempts[row["id"]] == 1:
+            raise ConnectionError("503")  # each row's first attempt fails after the change
+        return {**seen, "attempt": attempts[row["id"]]}
+
+    out = enrich(df, careless, retry=FixedDelay(2, 1), parallelism=1, progress=False, timeout_ms=10_000)
+    got = sorted((r.id, r.seen_name, r.seen_tags, r.attempt) for r in out.collect())
+    assert got == [(i, f"n{i}", ["a"] if nested else None, 2) for i in range(6)]
