@@ -56,6 +56,7 @@ from .output import BatchingOutput, LocalSink, Outbox, Partitioner
 from .processing_time import AsyncioProcessingTimeService
 from .source_actor import BlockReader, LocalChannel, route_items
 from .store_pages import process_pages
+from .tracing_shims import bind_private_methods
 
 __all__ = ["ChainSpec", "OperatorActor"]
 
@@ -101,6 +102,7 @@ class OperatorActor:
     """Hosts an operator chain; ``ray.remote`` is applied at the edge (``cluster``)."""
 
     def __init__(self, spec: ChainSpec) -> None:
+        bind_private_methods(self)  # the mailbox calls some of them once per record
         self.spec = spec
         self.name = spec.instance_name
         self._chain = OperatorChain([factory() for factory in spec.operator_factories])
