@@ -290,7 +290,10 @@ def ipc_blocks_to_dataframe(
     through Parquet files in the cluster's staging directory instead.
 
     ``on_read`` is called once Spark has read the blocks (or they were freed unread by an
-    ``unpersist()``), from a thread of its own; at once when there is nothing to read.
+    ``unpersist()``) and the Spark jobs running then have ended (``SPARK_IDLE_WAIT_S`` at most),
+    from a thread of its own; at once when there is nothing to read. The cache holds the blocks
+    before the action that read them has ended: what ``on_read`` starts would share the CPU
+    with the rest of that action.
     """
     import ray
     from pyspark import StorageLevel
@@ -319,7 +322,27 @@ def ipc_blocks_to_dataframe(
     return df
 
 
+#: How long ``on_read`` waits for Spark's running jobs to end, at most.
+SPARK_IDLE_WAIT_S = 5.0
+
+
+def wait_for_spark_jobs(spark: SparkSession, timeout_s: float = SPARK_IDLE_WAIT_S, poll_s: float = 0.02) -> bool:
+    """Wait until ``spark`` runs no job, at most ``timeout_s``; True if it runs none now."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if not tracker.getActiveJobsIds():
+                return True
+        except Exception:  # noqa: BLE001 - a stopped session runs no job
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
 class _Held(NamedTuple):
+    spark: SparkSession
     manager: Any  # Spark's CacheManager (JVM)
     jdf: Any  # the result's Dataset (JVM)
     builder: Any  # its cache's CachedRDDBuilder (JVM)
@@ -349,7 +372,7 @@ class _HeldOutputs:
         with self._lock:
             key = self._next_key
             self._next_key += 1
-            self._held[key] = _Held(manager, df._jdf, builder, refs, on_read)
+            self._held[key] = _Held(df.sparkSession, manager, df._jdf, builder, refs, on_read)
             if self._watcher is None:
                 self._watcher = threading.Thread(target=self._watch, name="actorflow output blocks", daemon=True)
                 self._watcher.start()
@@ -357,11 +380,15 @@ class _HeldOutputs:
     def release(self, key: int) -> None:
         with self._lock:
             entry = self._held.pop(key, None)
-        if entry is not None and entry.on_read is not None:
-            try:
-                entry.on_read()
-            except Exception:  # noqa: BLE001 - a hook must not stop the watcher
-                _log.exception("a hook on a result read by Spark failed")
+        if entry is None or entry.on_read is None:
+            return
+        spark, on_read = entry.spark, entry.on_read
+        del entry  # its blocks go now, whatever the hook waits for
+        try:
+            wait_for_spark_jobs(spark)
+            on_read()
+        except Exception:  # noqa: BLE001 - a hook must not stop the watcher
+            _log.exception("a hook on a result read by Spark failed")
 
     def release_all(self) -> None:
         with self._lock:
@@ -375,13 +402,18 @@ class _HeldOutputs:
                     self._watcher = None
                     return
                 entries = list(self._held.items())
-            for key, held in entries:
-                try:
-                    done = held.builder.isCachedColumnBuffersLoaded() or held.manager.lookupCachedData(held.jdf).isEmpty()
-                except Exception:  # noqa: BLE001 - the Spark session stopped: nothing can read them now
-                    done = True
-                if done:
-                    self.release(key)
+            read = [key for key, held in entries if self._read(held)]
+            del entries  # a release frees its blocks: nothing here may hold them
+            for key in read:
+                self.release(key)
+
+    @staticmethod
+    def _read(held: _Held) -> bool:
+        """True once the cache holds every partition, or holds none of them any more."""
+        try:
+            return bool(held.builder.isCachedColumnBuffersLoaded() or held.manager.lookupCachedData(held.jdf).isEmpty())
+        except Exception:  # noqa: BLE001 - the Spark session stopped: nothing can read them now
+            return True
 
 
 _held_outputs = _HeldOutputs()

@@ -8,6 +8,7 @@ import re
 import threading
 import time
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from ray._private.internal_api import memory_summary
@@ -125,6 +126,27 @@ def test_on_read_waits_for_the_first_action_that_reads_the_blocks(spark):
     assert not read.wait(1.0)
     assert df.count() == 1_000
     assert read.wait(10.0)
+    df.unpersist()
+
+
+def test_on_read_waits_for_the_action_that_read_the_blocks_to_end(spark):
+    table = pa.table({"id": list(range(1_000))})
+    read_at = []
+    df = tables_to_dataframe(spark, [table], table.schema, on_read=lambda: read_at.append(time.monotonic()))
+
+    def slow_tail(batches):
+        rows = sum(len(b) for b in batches)  # the partition is read, and so in the cache
+        time.sleep(2.0)  # the action goes on after that
+        yield pd.DataFrame({"rows": [rows]})
+
+    # One Spark job: the first action of the result is one, usually.
+    df.mapInPandas(slow_tail, "rows long").write.format("noop").mode("overwrite").save()
+    ended = time.monotonic()
+    deadline = ended + 10
+    while not read_at and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Not while the action still ran (the blocks were cached about 2 s before it ended).
+    assert read_at and read_at[0] >= ended - 0.5, f"on_read ran {ended - read_at[0]:.2f} s before the action ended"
     df.unpersist()
 
 
