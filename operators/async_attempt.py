@@ -351,7 +351,7 @@ class AttemptHandler:
         if not isinstance(call, CoroutineCall) or call.done or self.state is not _RUNNING:
             return
         call.done = True
-        if error is None:
+        if error is None and type(result) is not list:  # a list is right: no call to say so
             error = results_error(result, "the return value of an async def")
         self.op.completions.put(self.on_attempt_complete, self.attempt, None if error is not None else list(result), error)
 
