@@ -107,7 +107,7 @@ class DataStream:
         mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
         # Validate now (at construction), not in the actor at the first record.
         AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-                          on_error=on_error, queue_capacity=queue_capacity)
+                          on_error=on_error, queue_capacity=queue_capacity, copy_inputs=copy_inputs)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
 
@@ -168,7 +168,7 @@ class DataStream:
         # Validate now (at construction), not in the actor at the first record.
         AsyncBatchWaitOperator(AsyncBatchFunction(), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode,
                                capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
-                               queue_capacity=queue_capacity)
+                               queue_capacity=queue_capacity, copy_inputs=copy_inputs)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
         # A batch that goes to a Ray task is serialised there: it is a copy already.

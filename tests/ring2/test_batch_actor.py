@@ -328,6 +328,16 @@ def test_what_is_not_a_batch_function_is_rejected_when_the_stream_is_built(fn, m
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize("method", ["async_map", "async_map_batch"])
+def test_a_bad_copy_inputs_is_rejected_when_the_stream_is_built(method):
+    async def echo(value):
+        return [value]
+
+    options = {"batch_size": 8} if method == "async_map_batch" else {}
+    with pytest.raises(ConfigurationError, match=r"copy_inputs must be True, False or 'shallow', got 'deep'"):
+        getattr(from_arrow([pa.table({"user": [1]})]), method)(echo, copy_inputs="deep", **options)
+
+
 @pytest.mark.parametrize("copy_inputs, seen_by_retry", [(True, 1), (False, 1001)])
 def test_async_map_copy_inputs_decides_whether_a_retry_sees_what_the_first_attempt_changed(
     ray_session, copy_inputs, seen_by_retry
