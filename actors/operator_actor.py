@@ -106,10 +106,6 @@ class OperatorActor:
         self.spec = spec
         self.name = spec.instance_name
         self._chain = OperatorChain([factory() for factory in spec.operator_factories])
-        # Called once per input record: bound once. A record enters the chain at its head, and a
-        # chain of one operator is blocked when its head is.
-        self._process_record = self._chain.head.process_element
-        self._chain_blocked = self._chain.head.is_blocked if len(self._chain.operators) == 1 else self._chain.is_blocked
         self._run_task: asyncio.Task[dict[str, Any]] | None = None
         self._suspension: Suspension | None = None
         self._rows: list[tuple[Any, int | None]] | None = None
@@ -518,7 +514,7 @@ class OperatorActor:
             return
         if self._rows is not None:
             rows, pos, origins = self._rows, self._row_pos, self._row_origins
-            process, blocked = self._process_record, self._chain_blocked
+            process, blocked = chain.head.process_element, chain.is_blocked  # once per record: bound once
             end = min(len(rows), pos + self.spec.rows_per_round)
             while pos < end:
                 value, ts = rows[pos]

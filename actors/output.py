@@ -284,7 +284,6 @@ class BatchingOutput:
         self._tracker = SchemaTracker(hint)
         self._side = side
         n = max(1, partitioner.num_targets)
-        self._single = n == 1  # every record goes to target 0
         self._values: list[list[Any]] = [[] for _ in range(n)]
         self._timestamps: list[list[int | None]] = [[] for _ in range(n)]
         self._origins: list[list[Any]] = [[] for _ in range(n)]
@@ -292,7 +291,7 @@ class BatchingOutput:
         self.records_out = 0
 
     def collect(self, record: Record) -> None:
-        target = 0 if self._single else self._partitioner.target(record.value)
+        target = self._partitioner.target(record.value)
         values = self._values[target]
         values.append(record.value)
         self._timestamps[target].append(record.timestamp_ms)

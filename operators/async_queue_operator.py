@@ -86,7 +86,6 @@ class AsyncQueueOperator(StreamOperator):
         self.timeout_ms = timeout_ms
         self.retry = retry if retry is not None else NoRetry()
         self.on_error = on_error
-        self.copy_inputs = copy_inputs
         self.copy_input = COPIERS[copy_inputs]  # None: attempts share the record's value
         self.name = name
         self.queue_capacity = 1
@@ -270,13 +269,10 @@ class AsyncQueueOperator(StreamOperator):
                 ),
             )
             return
-        origin, payload = record.origin, entry.payload
-        if len(payload) == 1:  # the usual case: one result, with the record's origin
-            self.output.collect(Record(payload[0], record.timestamp_ms, origin))
-        else:
-            for i, value in enumerate(payload):
-                self.output.collect(Record(value, record.timestamp_ms, origin if i == 0 or origin is None else (*origin, i)))
-        self.metrics.records_out += len(payload)
+        origin = record.origin
+        for i, value in enumerate(entry.payload):
+            self.output.collect(Record(value, record.timestamp_ms, origin if i == 0 or origin is None else (*origin, i)))
+        self.metrics.records_out += len(entry.payload)
 
     def _snapshot_waiting(self) -> list[tuple[Any, ...]]:
         items: list[tuple[Any, ...]] = []
