@@ -31,12 +31,12 @@ from .functions import Aggregations, BuiltinAggregate
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
 
-__all__ = ["Panes", "ROW", "START", "can_use_panes", "fired_windows", "group_rows"]
+__all__ = ["COUNT", "FIRST", "Panes", "ROW", "START", "can_use_panes", "fired_windows", "group_rows"]
 
 ROW = "__actorflow_row"
 START = "__actorflow_window_start"
-_FIRST = f"{ROW}_min"  # the panes' registration order: a running row number over all batches
-_COUNT = f"{ROW}_count"
+FIRST = f"{ROW}_min"  # the panes' registration order: a running row number over all batches
+COUNT = f"{ROW}_count"
 _SAFE_INT_DOUBLE = 2**53  # integers of up to this size convert to a double exactly
 
 
@@ -87,11 +87,16 @@ class Panes:
 
     def add(self, assigned: pa.Table, batch_rows: int) -> None:
         """Add a batch's rows, each with its window's start (``START``) and row number (``ROW``)."""
-        if assigned.num_rows:
-            table = assigned.group_by([*self.keys, START], use_threads=False).aggregate(self._specs)
+        self.add_partials(assigned.group_by([*self.keys, START], use_threads=False).aggregate(self._specs), batch_rows)
+
+    def add_partials(self, table: pa.Table, batch_rows: int) -> None:
+        """Add a batch's partial aggregates, one row per key and window, in the columns ``add``
+        makes (``partial_aggregates`` makes them where the batch is read); ``batch_rows``: the
+        batch's rows, which the first-row numbers count."""
+        if table.num_rows:
             if self.rows_seen:
-                index = table.schema.get_field_index(_FIRST)
-                table = table.set_column(index, _FIRST, pc.add(table.column(_FIRST), self.rows_seen))
+                index = table.schema.get_field_index(FIRST)
+                table = table.set_column(index, FIRST, pc.add(table.column(FIRST), self.rows_seen))
             self.tables.append(table)
             earliest = pc.min(table.column(START)).as_py()
             self.earliest_start = earliest if self.earliest_start is None else min(self.earliest_start, earliest)
@@ -107,13 +112,13 @@ class Panes:
         fired, rest = table.filter(fires), table.filter(pc.invert(fires))
         self.tables = [rest] if rest.num_rows else []
         self.earliest_start = pc.min(rest.column(START)).as_py() if rest.num_rows else None
-        return self._merged(fired).sort_by([(START, "ascending"), (_FIRST, "ascending")])
+        return self._merged(fired).sort_by([(START, "ascending"), (FIRST, "ascending")])
 
     def take_all(self) -> pa.Table:
         """Every window, merged, in the order of their first rows; the panes are empty after."""
         table = self._merged(self._all())
         self.tables, self.earliest_start = [], None
-        return table.sort_by([(_FIRST, "ascending"), (START, "descending")])
+        return table.sort_by([(FIRST, "ascending"), (START, "descending")])
 
     def _all(self) -> pa.Table:
         if len(self.tables) == 1:
@@ -132,7 +137,7 @@ class Panes:
         results: list[pa.Array] = []
         for p in self.parts:
             if p.kind == "count":
-                results.append(_array(table.column(_COUNT)))
+                results.append(_array(table.column(COUNT)))
             elif p.kind in ("sum", "min", "max"):
                 results.append(_array(table.column(f"{p.field}_{p.kind}")))
             else:
@@ -146,7 +151,7 @@ def group_rows(table: pa.Table, keys: list[str], parts: list[BuiltinAggregate]) 
     cols = {name: table.column(name).to_pylist() for name in table.schema.names}
     key_cols = [cols[k] for k in keys]
     out = []
-    for i, (first, start, n) in enumerate(zip(cols[_FIRST], cols[START], cols[_COUNT])):
+    for i, (first, start, n) in enumerate(zip(cols[FIRST], cols[START], cols[COUNT])):
         key = key_cols[0][i] if len(keys) == 1 else tuple(c[i] for c in key_cols)
         out.append((first, key, start, accumulators(cols, i, parts, n)))
     return out

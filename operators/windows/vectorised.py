@@ -43,13 +43,16 @@ from .assigners import EventTimeSessionWindows, SlidingEventTimeWindows, TimeWin
 from .functions import Aggregations, BuiltinAggregate
 from .triggers import EventTimeTrigger
 from .arrow_aggregates import group_aggregations
-from .panes import ROW as _ROW, START as _START, Panes, can_use_panes, group_rows
+from .panes import FIRST as _FIRST, COUNT as _COUNT, ROW as _ROW, START as _START, Panes, can_use_panes, group_rows
 from .vectorised_sessions import add_session_partial, session_groups
 
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
 
-__all__ = ["move_panes_to_dict", "process_batch", "process_timestamped_batch", "why_not_vectorised"]
+__all__ = [
+    "move_panes_to_dict", "partial_aggregates", "process_batch", "process_partials", "process_timestamped_batch",
+    "why_not_vectorised",
+]
 
 _EMPTY: Any = object()
 
@@ -124,10 +127,7 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
     vectorise = ts.null_count == 0 and why_not_vectorised(op, table.schema) is None
     sessions = type(assigner) is EventTimeSessionWindows
     if vectorise:
-        # Window arithmetic near the ends of the int64 range would wrap: Python's ints do not.
-        bounds = pc.min_max(ts).as_py()
-        margin = 2 * (assigner.gap_ms if sessions else assigner.size_ms)
-        vectorise = MIN_TIMESTAMP + margin < bounds["min"] and bounds["max"] < MAX_WATERMARK - margin
+        vectorise = _in_safe_range(ts, assigner.gap_ms if sessions else assigner.size_ms)
     cut = session_groups(op, table, ts, _builtins(op) or []) if vectorise and sessions else None
     if vectorise and sessions and cut is not None:
         session_windows, late_rows = cut
@@ -144,13 +144,8 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
 
     size = assigner.size_ms
     slide = getattr(assigner, "slide_ms", size)
-    offset = assigner.offset_ms
     watermark = op._watermark
-    # The start of each row's newest window; division truncates, so fix up negative remainders.
-    shifted = pc.subtract(ts, offset)
-    remainder = pc.subtract(shifted, pc.multiply(pc.divide(shifted, slide), slide))
-    remainder = pc.if_else(pc.less(remainder, 0), pc.add(remainder, slide), remainder)
-    newest = pc.subtract(ts, remainder)
+    newest = _newest_starts(ts, slide, assigner.offset_ms)
     lower = pc.subtract(ts, size)
 
     starts, exists, fireds = [], [], []
@@ -186,6 +181,75 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
         _add_partial(op, key, TimeWindow(start, start + size), partial)
 
     _interleave(op, table, ts, groups, fallback_rows, add_window)
+
+
+def _newest_starts(ts: Any, slide: int, offset: int) -> Any:
+    """The start of each row's newest window; division truncates, so fix up negative remainders."""
+    shifted = pc.subtract(ts, offset)
+    remainder = pc.subtract(shifted, pc.multiply(pc.divide(shifted, slide), slide))
+    remainder = pc.if_else(pc.less(remainder, 0), pc.add(remainder, slide), remainder)
+    return pc.subtract(ts, remainder)
+
+
+def _can_pre_aggregate(op: "WindowOperator", table: pa.Table, ts: Any) -> bool:
+    # Tumbling windows only: a row late for its one window is late, and is dropped and counted
+    # (nothing fires on a late row without allowed lateness, no side output needs it), so a
+    # partial late at the window operator is as exact as its rows.
+    return (
+        type(op.assigner) is TumblingEventTimeWindows and op.allowed_lateness_ms == 0 and op.late_data_tag is None
+        and table.num_rows > 0 and ts.null_count == 0 and why_not_vectorised(op, table.schema) is None
+        and _in_safe_range(ts, op.assigner.size_ms)
+    )
+
+
+def _in_safe_range(ts: Any, margin_ms: int) -> bool:
+    # Window arithmetic near the ends of the int64 range would wrap: Python's ints do not.
+    bounds = pc.min_max(ts).as_py()
+    return MIN_TIMESTAMP + 2 * margin_ms < bounds["min"] and bounds["max"] < MAX_WATERMARK - 2 * margin_ms
+
+
+def partial_aggregates(op: "WindowOperator", table: pa.Table, timestamps_ms: Any) -> pa.Table | None:
+    """The partial aggregates of ``table`` per key and window, in the columns ``Panes`` keep; or
+    None where the window operator needs the rows themselves.
+
+    Made where a batch is read, before it is split by key: the split and the channels carry a
+    row per key and window instead of a row per record. ``process_partials`` merges them.
+    """
+    ts = timestamps_ms
+    if not _can_pre_aggregate(op, table, ts):
+        return None
+    parts = _builtins(op) or []
+    keys = list(op.key_fields or ())
+    columns = list(dict.fromkeys([*keys, *(p.field for p in parts if p.field is not None)]))
+    assigner: Any = op.assigner
+    assigned = (table.select(columns).append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+                .append_column(_START, _newest_starts(ts, assigner.size_ms, assigner.offset_ms)))
+    specs = group_aggregations(parts, [(_ROW, "min"), (_ROW, "count")])
+    return assigned.group_by([*keys, _START], use_threads=False).aggregate(specs)
+
+
+def process_partials(op: "WindowOperator", partials: pa.Table, batch_rows: int) -> None:
+    """Merge the partial aggregates of a batch of ``batch_rows`` rows (``partial_aggregates``), as
+    processing its rows would: a window that fired already counts them as late records dropped."""
+    size: int = op.assigner.size_ms  # type: ignore[attr-defined]  # tumbling
+    counts = partials.column(_COUNT)
+    op.metrics.records_in += pc.sum(counts).as_py() or 0
+    fired = pc.less_equal(partials.column(_START), pa.scalar(max(op._watermark - size + 1, MIN_TIMESTAMP), pa.int64()))
+    late = pc.sum(pc.filter(counts, fired)).as_py() or 0
+    if late:
+        op.metrics.late_records_dropped += late
+        partials = partials.filter(pc.invert(fired))
+    if op._panes or can_use_panes(op):
+        if op._panes is None:
+            op._panes = Panes(list(op.key_fields or ()), _builtins(op) or [], size)
+        op._panes.add_partials(partials, batch_rows)
+        return
+    for _, key, start, accs in group_rows(_in_first_row_order(partials), list(op.key_fields or ()), _builtins(op) or []):
+        _add_partial(op, key, TimeWindow(start, start + size), accs)
+
+
+def _in_first_row_order(partials: pa.Table) -> pa.Table:
+    return partials.sort_by([(_FIRST, "ascending"), (_START, "descending")])
 
 
 def _add_to_panes(
@@ -251,7 +315,7 @@ def _pre_aggregate(assigned: pa.Table, keys: list[str], parts: list[BuiltinAggre
         return []
     aggregations = group_aggregations(parts, [(_ROW, "min"), (_ROW, "count")])
     result = assigned.group_by([*keys, _START], use_threads=False).aggregate(aggregations)
-    return group_rows(result.sort_by([(f"{_ROW}_min", "ascending"), (_START, "descending")]), keys, parts)
+    return group_rows(_in_first_row_order(result), keys, parts)
 
 
 def _add_partial(op: "WindowOperator", key: Any, window: TimeWindow, accs: list[Any]) -> None:

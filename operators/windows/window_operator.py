@@ -265,6 +265,20 @@ class WindowOperator(StreamOperator):
 
         process_timestamped_batch(self, table, timestamps_ms)
 
+    def pre_aggregate(self, table: Any, timestamps_ms: Any) -> Any:
+        """The partial aggregates of ``table`` per key and window, for an instance of this operator
+        that splits the table by key before it; None where the rows themselves must go."""
+        from .vectorised import partial_aggregates
+
+        return partial_aggregates(self, table, timestamps_ms)
+
+    def process_partials(self, partials: Any, batch_rows: int) -> None:
+        """Merge what ``pre_aggregate`` made of a batch of ``batch_rows`` rows (or of the keys of
+        it that this instance owns), as processing the rows would."""
+        from .vectorised import process_partials
+
+        process_partials(self, partials, batch_rows)
+
     def _add_to_merging_windows(self, key: Any, windows: Sequence[Any], record: Record) -> bool:
         merging = self._merging.get(key)
         if merging is None:
