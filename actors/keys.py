@@ -87,6 +87,9 @@ def stable_hash(key: Any) -> int:
     return zlib.crc32(b"".join(out))
 
 
+_KNOWN_KEYS = 1 << 16  # keys whose targets a router remembers, at most
+
+
 class KeyRouter:
     """The key of a record (a column name, a tuple of them, or a function) and its target instance."""
 
@@ -94,6 +97,9 @@ class KeyRouter:
         self.key_selector = key_selector
         self.operator = operator
         self._select, self.fields = key_function(key_selector)
+        # Each batch's distinct keys, mostly the same from batch to batch: their targets, by count
+        # of targets. Equal keys hash alike (stable_hash), so a dict holds one entry for them.
+        self._known: dict[int, dict[Any, int]] = {}
 
     def key(self, value: Any, timestamp_ms: int | None = None) -> Any:
         """The key of ``value``; a missing column or a raising function names the record."""
@@ -141,7 +147,15 @@ class KeyRouter:
             column = table.column(field)
             if not pa.types.is_nested(column.type):
                 encoded = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
-                per_key = [self.target_of_key(k, n) for k in encoded.dictionary.to_pylist()]
+                known = self._known.setdefault(n, {})
+                if len(known) > _KNOWN_KEYS:
+                    known.clear()
+                per_key = []
+                for k in encoded.dictionary.to_pylist():
+                    t = known.get(k)
+                    if t is None:
+                        t = known[k] = self.target_of_key(k, n)
+                    per_key.append(t)
                 return pc.take(pa.array(per_key, pa.int32()), encoded.indices)
         cache: dict[Any, int] = {}
         targets = []
