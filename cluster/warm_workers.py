@@ -130,12 +130,14 @@ def _import_for_actors() -> None:
         import actors.operator_actor  # noqa: F401
         import actors.source_actor  # noqa: F401
         import operators.windows  # noqa: F401
+        import operators.windows.vectorised  # noqa: F401 - the Arrow path imports it at its first batch
         import pandas  # noqa: F401 - pyarrow's first conversion of a Python value imports it: 0.2-0.3 s
         import pyarrow.acero  # noqa: F401 - Table.group_by imports it: 12 ms
         # What Ray imports when it first deserializes in a worker (the actor's own arguments):
         # about 30 ms, mostly pydantic.
         import ray._common.pydantic_compat  # noqa: F401
         import ray._private.arrow_serialization  # noqa: F401
+        import ray.experimental.channel  # noqa: F401 - and at its first deserialization of a batch
     except Exception as error:  # noqa: BLE001 - an optimisation only
         _log.debug("preparing a Ray worker failed: %s", error)
         return
