@@ -1,7 +1,8 @@
 """Channels between actors: numbered batches, credit-based flow control, checkpoint barriers.
 
-A channel carries *items*: ``("records", RowBatch)``, ``("watermark", ts_ms)``, ``("status",
-idle)``, ``("barrier", checkpoint_id)`` and ``("end", None)``. The sender numbers them; the
+A channel carries *items*: ``("records", RowBatch)``, ``("partials", (table, rows))`` (a keyed
+window stage's partial aggregates of a batch, see ``route_items``), ``("watermark", ts_ms)``,
+``("status", idle)``, ``("barrier", checkpoint_id)`` and ``("end", None)``. The sender numbers them; the
 receiver files them in number order (Ray keeps call order per caller, but a retried call may
 arrive late) into that channel's own queue.
 

@@ -119,6 +119,8 @@ class OperatorActor:
         # A head operator that takes whole Arrow batches (the window operator's vectorised path).
         self._arrow_head: Callable[[pa.Table, pa.Array], None] | None = getattr(
             self._chain.head, "process_timestamped_batch", None)
+        # One that merges partial aggregates, which its peers' reads make of batches (route_items).
+        self._merge_partials: Callable[[pa.Table, int], int] | None = getattr(self._chain.head, "process_partials", None)
         self._finishing = False
         self._batches_in = 0
         self._records_in = 0
@@ -339,7 +341,9 @@ class OperatorActor:
         # first, then the item goes in at once: the reader's position always matches what the
         # gate holds, whenever a barrier comes in between.
         if self._split_channels is not None:
-            await route_items(reader, self._split_channels, self._peer_key, self._between_items)
+            # Every instance runs the same chain: what this head can pre-aggregate, the peers' heads merge.
+            pre_aggregate = getattr(self._chain.head, "pre_aggregate", None)
+            await route_items(reader, self._split_channels, self._peer_key, self._between_items, pre_aggregate)
             return
         async for kind, payload in reader.items():
             await self._gate.room(0)
@@ -550,6 +554,10 @@ class OperatorActor:
             self._rows = list(table_to_rows(payload))
             self._row_origins = payload.origin_list()
             self._row_pos = 0
+        elif kind == "partials":
+            assert self._merge_partials is not None, "partials come only from peers with the same head"
+            self._batches_in += 1
+            self._records_in += self._merge_partials(*payload)
         elif kind == "watermark":
             self._forward(self._valve.input_watermark(channel, payload))
         elif kind == "status":

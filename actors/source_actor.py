@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ from operators.elements import WatermarkStatus
 from operators.errors import SchemaError
 from operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness
 
-from .arrow_rows import RowBatch
+from .arrow_rows import RowBatch, is_bare
 from .channel import ChannelSender
 from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
@@ -189,10 +189,16 @@ class LocalChannel:
         return None
 
 
-async def route_items(reader: BlockReader, senders: list[Any], router: KeyRouter | None, between_items: asyncio.Event) -> None:
+async def route_items(
+    reader: BlockReader, senders: list[Any], router: KeyRouter | None, between_items: asyncio.Event,
+    pre_aggregate: Callable[[pa.Table, pa.Array], pa.Table | None] | None = None,
+) -> None:
     """Send ``reader``'s items over ``senders``: batches round-robin, or by key with ``router``;
     watermarks, statuses and the end to all of them. ``between_items`` is clear while the parts of
-    one item go out, so that a checkpoint barrier only ever comes between two items."""
+    one item go out, so that a checkpoint barrier only ever comes between two items.
+
+    With ``pre_aggregate`` (the receiving window operator's), a batch it can pre-aggregate goes
+    as ``("partials", (table, batch rows))`` items, a row per key and window, split by key."""
     turn = 0
     async for kind, payload in reader.items():
         if kind == "records" and router is None:
@@ -203,9 +209,17 @@ async def route_items(reader: BlockReader, senders: list[Any], router: KeyRouter
         between_items.clear()
         if kind == "records":
             assert router is not None
-            for sender, part in zip(senders, router.split(payload, len(senders))):
-                if part.num_rows:
-                    await sender.send(kind, part)
+            partials = None
+            if pre_aggregate is not None and payload.timestamps is not None and not is_bare(payload.table):
+                partials = pre_aggregate(payload.table, payload.timestamps)
+            if partials is not None:
+                for sender, part in zip(senders, router.split(RowBatch(partials, None), len(senders))):
+                    if part.num_rows:
+                        await sender.send("partials", (part.table, payload.num_rows))
+            else:
+                for sender, part in zip(senders, router.split(payload, len(senders))):
+                    if part.num_rows:
+                        await sender.send(kind, part)
         else:
             for sender in senders:
                 await sender.send(kind, payload)

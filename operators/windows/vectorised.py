@@ -228,12 +228,14 @@ def partial_aggregates(op: "WindowOperator", table: pa.Table, timestamps_ms: Any
     return assigned.group_by([*keys, _START], use_threads=False).aggregate(specs)
 
 
-def process_partials(op: "WindowOperator", partials: pa.Table, batch_rows: int) -> None:
+def process_partials(op: "WindowOperator", partials: pa.Table, batch_rows: int) -> int:
     """Merge the partial aggregates of a batch of ``batch_rows`` rows (``partial_aggregates``), as
-    processing its rows would: a window that fired already counts them as late records dropped."""
+    processing its rows would: a window that fired already counts them as late records dropped.
+    Returns the number of records they stand for."""
     size: int = op.assigner.size_ms  # type: ignore[attr-defined]  # tumbling
     counts = partials.column(_COUNT)
-    op.metrics.records_in += pc.sum(counts).as_py() or 0
+    records: int = pc.sum(counts).as_py() or 0
+    op.metrics.records_in += records
     fired = pc.less_equal(partials.column(_START), pa.scalar(max(op._watermark - size + 1, MIN_TIMESTAMP), pa.int64()))
     late = pc.sum(pc.filter(counts, fired)).as_py() or 0
     if late:
@@ -243,9 +245,10 @@ def process_partials(op: "WindowOperator", partials: pa.Table, batch_rows: int) 
         if op._panes is None:
             op._panes = Panes(list(op.key_fields or ()), _builtins(op) or [], size)
         op._panes.add_partials(partials, batch_rows)
-        return
+        return records
     for _, key, start, accs in group_rows(_in_first_row_order(partials), list(op.key_fields or ()), _builtins(op) or []):
         _add_partial(op, key, TimeWindow(start, start + size), accs)
+    return records
 
 
 def _in_first_row_order(partials: pa.Table) -> pa.Table:

@@ -272,12 +272,13 @@ class WindowOperator(StreamOperator):
 
         return partial_aggregates(self, table, timestamps_ms)
 
-    def process_partials(self, partials: Any, batch_rows: int) -> None:
+    def process_partials(self, partials: Any, batch_rows: int) -> int:
         """Merge what ``pre_aggregate`` made of a batch of ``batch_rows`` rows (or of the keys of
-        it that this instance owns), as processing the rows would."""
+        it that this instance owns), as processing the rows would; returns how many records they
+        stand for."""
         from .vectorised import process_partials
 
-        process_partials(self, partials, batch_rows)
+        return process_partials(self, partials, batch_rows)
 
     def _add_to_merging_windows(self, key: Any, windows: Sequence[Any], record: Record) -> bool:
         merging = self._merging.get(key)

@@ -17,7 +17,7 @@ import ray
 from actors.keys import KeyRouter, stable_hash
 from cluster import from_arrow, from_blocks
 from operators import JobFailedError, SchemaError
-from operators.windows import TumblingEventTimeWindows
+from operators.windows import Count, TumblingEventTimeWindows
 
 pytestmark = pytest.mark.ray
 
@@ -61,6 +61,53 @@ def test_a_batch_split_by_key_column_routes_each_row_as_the_per_record_path(ray_
     for target, part in enumerate(parts):
         assert all(router.target(row, 3) == target for row in part.table.to_pylist())
     assert sum(p.num_rows for p in parts) == table.num_rows
+
+
+class _Collect:
+    """A channel that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    async def send(self, kind, payload) -> None:
+        self.items.append((kind, payload))
+
+    async def flush(self) -> None:
+        return None
+
+
+def _route(window_operator, table: pa.Table, batch_size: int) -> list[_Collect]:
+    import asyncio
+
+    from actors.source_actor import BlockReader, route_items
+
+    senders = [_Collect(), _Collect()]
+    reader = BlockReader([table], batch_size=batch_size, timestamp_column="ts")
+    between = asyncio.Event()
+    asyncio.run(route_items(reader, senders, KeyRouter("k"), between, window_operator.pre_aggregate))
+    return senders
+
+
+def test_a_keyed_read_sends_a_row_per_key_and_window_where_the_window_operator_allows_it():
+    from operators.windows import WindowOperator
+
+    table = _table(0, 3_000, KEYS)
+    senders = _route(WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count()), table, 1_000)
+    router = KeyRouter("k")
+    for target, sender in enumerate(senders):
+        parts = [p for kind, p in sender.items if kind == "partials"]
+        assert len(parts) == 3 and {kind for kind, _ in sender.items} == {"partials", "watermark", "end"}
+        for partials, batch_rows in parts:
+            assert batch_rows == 1_000 and partials.num_rows <= len(KEYS)  # a row per key in each 1 s window
+            assert {router.target(row, 2) for row in partials.to_pylist()} == {target}
+    counts = [n for s in senders for kind, (p, _) in ((k, v) for k, v in s.items if k == "partials")
+              for n in p.column("__actorflow_row_count").to_pylist()]
+    assert sum(counts) == 3_000
+    # A late-data side output needs the rows: they go as they are.
+    senders = _route(WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count(), late_data_tag="late"),
+                     table, 1_000)
+    assert sum(p.num_rows for s in senders for kind, p in s.items if kind == "records") == 3_000
+    assert not any(kind == "partials" for s in senders for kind, _ in s.items)
 
 
 def _instances_of_keys(result) -> dict:

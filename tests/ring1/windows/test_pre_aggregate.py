@@ -108,7 +108,7 @@ def test_a_partial_for_a_window_that_fired_is_counted_as_dropped():
     h.open()
     h.process_watermark(9)
     table = batch([("a", 0, 1, 3), ("a", 0, 1, 5), ("b", 0, 1, 14)])
-    op.process_partials(op.pre_aggregate(table, table.column("ts")), table.num_rows)
+    assert op.process_partials(op.pre_aggregate(table, table.column("ts")), table.num_rows) == 3
     assert op.metrics.late_records_dropped == 2 and op.metrics.records_in == 3
     h.process_watermark(19)
     assert h.output_values() == [{"user": "b", "window_start": 10, "window_end": 20, "result": 1}]
