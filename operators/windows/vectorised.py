@@ -183,12 +183,11 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
     _interleave(op, table, ts, groups, fallback_rows, add_window)
 
 
-def _newest_starts(ts: Any, slide: int, offset: int) -> Any:
-    """The start of each row's newest window; division truncates, so fix up negative remainders."""
-    shifted = pc.subtract(ts, offset)
-    remainder = pc.subtract(shifted, pc.multiply(pc.divide(shifted, slide), slide))
-    remainder = pc.if_else(pc.less(remainder, 0), pc.add(remainder, slide), remainder)
-    return pc.subtract(ts, remainder)
+def _newest_starts(ts: Any, slide: int, offset: int) -> pa.Array:
+    """The start of each row's newest window (no nulls, and away from the ends of int64: see
+    ``_in_safe_range``). numpy's remainder takes the divisor's sign, as the window's start needs."""
+    values = ts.to_numpy()
+    return pa.array(values - np.mod(values - offset, slide))
 
 
 def _can_pre_aggregate(op: "WindowOperator", table: pa.Table, ts: Any) -> bool:
