@@ -35,7 +35,10 @@ def _per_record(make_op, steps):
     return h, op
 
 
-def _arrow(make_op, steps, snapshot_at=None, one_by_one=frozenset()):
+def _arrow(make_op, steps, snapshot_at=None, one_by_one=frozenset(), feed=None, counts=None):
+    """Run ``steps`` with batches through ``feed(op, table)`` (``process_batch`` by default).
+
+    ``counts`` (metric names) adds up those of the operators that a restore replaced."""
     op = make_op()
     h = OperatorHarness(op)
     h.open()
@@ -43,6 +46,8 @@ def _arrow(make_op, steps, snapshot_at=None, one_by_one=frozenset()):
     for i, step in enumerate(steps):
         if i == snapshot_at:  # a restored operator goes on where this one stopped
             state = h.snapshot()
+            for name in counts or {}:
+                counts[name] += getattr(op.metrics, name)
             output += h.output
             for tag, values in h.side_outputs.items():
                 side.setdefault(tag, []).extend(values)
@@ -55,6 +60,8 @@ def _arrow(make_op, steps, snapshot_at=None, one_by_one=frozenset()):
         elif i in one_by_one:  # through the per-record path: the panes move into the dict state
             for row in batch(step).to_pylist():
                 h.process_element(row, row["ts"])
+        elif feed is not None:
+            feed(op, batch(step))
         else:
             op.process_batch(batch(step), "ts")
     output += h.output

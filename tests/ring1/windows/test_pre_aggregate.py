@@ -13,7 +13,7 @@ import pytest
 from operators import OperatorHarness
 from operators.windows import Count, Mean, SlidingEventTimeWindows, Sum, TumblingEventTimeWindows, WindowOperator
 from operators.windows.panes import ROW
-from tests.ring1.windows.test_panes import _per_record
+from tests.ring1.windows.test_panes import _arrow, _per_record
 from tests.ring1.windows.test_vectorised import batch, draw_windows_and_stream
 
 
@@ -22,46 +22,24 @@ def _pre_aggregated(make_op, steps, snapshot_at=None, one_by_one=frozenset(), ha
 
     With ``halves``, a batch's partials arrive as two items, those of user "a" first, as from
     two instances that each route their share of the keys here."""
-    op = make_op()
-    h = OperatorHarness(op)
-    h.open()
-    output, side, taken = [], {}, 0
-    counts = {"records_in": 0, "late_records_dropped": 0}  # of the operators before a restore
-    for i, step in enumerate(steps):
-        if i == snapshot_at:  # a restored operator goes on where this one stopped
-            state = h.snapshot()
-            for name in counts:
-                counts[name] += getattr(op.metrics, name)
-            output += h.output
-            for tag, values in h.side_outputs.items():
-                side.setdefault(tag, []).extend(values)
-            op = make_op()
-            h = OperatorHarness(op)
-            h.restore(state)
-            h.open()
-        if isinstance(step, int):
-            h.process_watermark(step)
-            continue
-        table = batch(step)
-        if i in one_by_one:  # through the per-record path: panes move into the dict state
-            for row in table.to_pylist():
-                h.process_element(row, row["ts"])
-            continue
+    taken = []
+
+    def feed(op, table):
         partials = op.pre_aggregate(table, table.column("ts"))
         if partials is None:
             op.process_batch(table, "ts")
-            continue
-        taken += 1
+            return
+        taken.append(table.num_rows)
         if halves:
             is_a = pc.equal(partials.column("user"), "a")
             op.process_partials(partials.filter(is_a), table.num_rows)
             op.process_partials(partials.filter(pc.invert(is_a)), table.num_rows)
         else:
             op.process_partials(partials, table.num_rows)
-    output += h.output
-    for tag, values in h.side_outputs.items():
-        side.setdefault(tag, []).extend(values)
-    return output, side, op, {name: n + getattr(op.metrics, name) for name, n in counts.items()}, taken
+
+    counts = {"records_in": 0, "late_records_dropped": 0}
+    output, side, op = _arrow(make_op, steps, snapshot_at, one_by_one, feed, counts)
+    return output, side, op, {name: n + getattr(op.metrics, name) for name, n in counts.items()}, len(taken)
 
 
 @st.composite
