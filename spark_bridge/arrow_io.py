@@ -290,8 +290,8 @@ def ipc_blocks_to_dataframe(
     through Parquet files in the cluster's staging directory instead.
 
     ``on_read`` is called once Spark has read the blocks (or they were freed unread by an
-    ``unpersist()``) and the Spark jobs running then have ended (``SPARK_IDLE_WAIT_S`` at most),
-    from a thread of its own; at once when there is nothing to read. The cache holds the blocks
+    ``unpersist()``) and has then run no job for ``SPARK_QUIET_S`` (waiting ``SPARK_IDLE_WAIT_S``
+    at most), from a thread of its own; at once when there is nothing to read. The cache holds the blocks
     before the action that read them has ended: what ``on_read`` starts would share the CPU
     with the rest of that action.
     """
@@ -324,19 +324,32 @@ def ipc_blocks_to_dataframe(
 
 #: How long ``on_read`` waits for Spark's running jobs to end, at most.
 SPARK_IDLE_WAIT_S = 5.0
+#: How long Spark must have run no job for ``on_read``: one action may run several jobs, with an
+#: instant between two of them when none runs.
+SPARK_QUIET_S = 0.3
 
 
-def wait_for_spark_jobs(spark: SparkSession, timeout_s: float = SPARK_IDLE_WAIT_S, poll_s: float = 0.02) -> bool:
-    """Wait until ``spark`` runs no job, at most ``timeout_s``; True if it runs none now."""
+def wait_for_spark_jobs(
+    spark: SparkSession, timeout_s: float = SPARK_IDLE_WAIT_S, poll_s: float = 0.02, quiet_s: float = SPARK_QUIET_S,
+) -> bool:
+    """Wait until ``spark`` has run no job for ``quiet_s``, at most ``timeout_s``; True if so."""
     tracker = spark.sparkContext.statusTracker()
-    deadline = time.monotonic() + timeout_s
+    now = time.monotonic()
+    deadline = now + timeout_s
+    idle_since: float | None = None
     while True:
         try:
-            if not tracker.getActiveJobsIds():
-                return True
+            busy = bool(tracker.getActiveJobsIds())
         except Exception:  # noqa: BLE001 - a stopped session runs no job
             return True
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if busy:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
+        if idle_since is not None and now - idle_since >= quiet_s:
+            return True
+        if now >= deadline:
             return False
         time.sleep(poll_s)
 

@@ -150,6 +150,28 @@ def test_on_read_waits_for_the_action_that_read_the_blocks_to_end(spark):
     df.unpersist()
 
 
+def test_on_read_waits_through_a_pause_between_the_jobs_of_an_action(spark):
+    table = pa.table({"id": list(range(1_000))})
+    read_at = []
+    df = tables_to_dataframe(spark, [table], table.schema, on_read=lambda: read_at.append(time.monotonic()))
+
+    def slow(batches):
+        for batch in batches:
+            time.sleep(1.0)
+            yield batch
+
+    # What a user's cell may do: one job reads the blocks, and a moment later another one runs.
+    assert df.count() == 1_000
+    time.sleep(0.1)
+    df.mapInPandas(slow, "id long").write.format("noop").mode("overwrite").save()
+    ended = time.monotonic()
+    deadline = ended + 10
+    while not read_at and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert read_at and read_at[0] >= ended - 0.5, f"on_read ran {ended - read_at[0]:.2f} s before the second job ended"
+    df.unpersist()
+
+
 def test_on_read_runs_at_once_when_there_is_nothing_to_read(spark):
     schema = pa.schema([("id", pa.int64())])
     read = threading.Event()
