@@ -54,7 +54,7 @@ from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner
 from .processing_time import AsyncioProcessingTimeService
-from .source_actor import BlockReader, LocalChannel, route_items
+from .source_actor import BlockReader, LocalChannel, pre_aggregator, route_items
 from .store_pages import process_pages
 from .tracing_shims import bind_private_methods
 
@@ -73,6 +73,9 @@ class ChainSpec:
     operator_factories: list[Callable[[], StreamOperator]]
     partitioning: str = "forward"
     key: Callable[[Any], Any] | None = None
+    # With hash partitioning: the factory of the next stage's head operator, whose
+    # pre_aggregate a batch may go through before the split (a keyed window stage).
+    downstream_head: Callable[[], StreamOperator] | None = None
     output_schema: pa.Schema | None = None
     input_schema: pa.Schema | None = None  # the source's column types, which output columns keep
     batch_size: int = 2048
@@ -204,6 +207,7 @@ class OperatorActor:
         self._output = BatchingOutput(
             self._outbox, partitioner, batch_size=spec.batch_size, schema=spec.output_schema, side=self._on_side,
             hint=spec.input_schema,
+            pre_aggregate=pre_aggregator(spec.downstream_head) if spec.partitioning == "hash" else None,
         )
         processing_time = AsyncioProcessingTimeService(loop, executor, clock)
         runner = AsyncioCoroutineRunner(loop)

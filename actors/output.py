@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from operators.elements import Record, Watermark, WatermarkStatus
 
-from .arrow_rows import RowBatch, SchemaTracker, rows_to_batch
+from .arrow_rows import RowBatch, SchemaTracker, is_bare, rows_to_batch
 from .channel import ChannelSender
 from .keys import KeyRouter, as_router
 
@@ -265,6 +265,8 @@ class BatchingOutput:
     """The chain's ``Output``: buffers records per target, cuts Arrow batches of ``batch_size``.
 
     Side outputs (dead letters) are buffered the same way and handed to ``side`` on a flush.
+    With ``pre_aggregate`` (the next stage's keyed window operator's), a batch it can
+    pre-aggregate leaves as ``("partials", (table, rows))``, a row per key and window.
     """
 
     def __init__(
@@ -276,8 +278,10 @@ class BatchingOutput:
         schema: pa.Schema | None,
         side: Callable[[str, list[Any]], None],
         hint: pa.Schema | None = None,
+        pre_aggregate: Callable[[pa.Table, pa.Array], pa.Table | None] | None = None,
     ) -> None:
         self._outbox = outbox
+        self._pre_aggregate = pre_aggregate
         self._partitioner = partitioner
         self._batch_size = batch_size
         self._schema = schema
@@ -359,4 +363,9 @@ class BatchingOutput:
     def _put(self, target: int, batch: RowBatch) -> None:
         # Rebalancing picks a channel per batch; otherwise the target is the channel.
         channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else target
+        if self._pre_aggregate is not None and batch.timestamps is not None and not is_bare(batch.table):
+            partials = self._pre_aggregate(batch.table, batch.timestamps)
+            if partials is not None:
+                self._outbox.put(channel, "partials", (partials, batch.num_rows))
+                return
         self._outbox.put(channel, "records", batch)

@@ -30,7 +30,7 @@ from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
 from .store_pages import process_pages
 
-__all__ = ["BlockReader", "LocalChannel", "SourceActor", "event_time_ms", "route_items"]
+__all__ = ["BlockReader", "LocalChannel", "SourceActor", "event_time_ms", "pre_aggregator", "route_items"]
 
 
 def event_time_ms(table: pa.Table, column: str) -> pa.Array:
@@ -228,6 +228,12 @@ async def route_items(
         await sender.flush()
 
 
+def pre_aggregator(head_factory: Callable[[], Any] | None) -> Callable[[pa.Table, pa.Array], pa.Table | None] | None:
+    """The ``pre_aggregate`` of the operator ``head_factory`` makes, or None: what a batch may
+    become before a key split sends it to that operator's instances (a keyed window stage)."""
+    return None if head_factory is None else getattr(head_factory(), "pre_aggregate", None)
+
+
 def _item(element: Any) -> tuple[str, Any]:
     if isinstance(element, WatermarkStatus):
         return "status", element.idle
@@ -249,13 +255,14 @@ class SourceActor:
     def __init__(
         self, job: str, name: str, index: int, parallelism: int, *, credits: int = 4,
         key: KeyRouter | Any = None, checkpoints: Any = None, coordinator: Any = None, attempt: int = 0,
-        restore: int | None = None,
+        restore: int | None = None, head: Callable[[], Any] | None = None,
     ) -> None:
         self.name = instance_name(job, name, index, parallelism, attempt)
         self.task = task_name(name, index, parallelism)
         self._reader: BlockReader | None = None
         self._credits = credits
         self._router = as_router(key)
+        self._head = head  # the factory of the next stage's head operator, when it is keyed
         self._checkpoints = checkpoints
         self._coordinator = coordinator
         self._attempt = attempt
@@ -303,5 +310,5 @@ class SourceActor:
         """Batches go round-robin over the targets, or by key with ``key``; watermarks, statuses
         and the end go to all of them."""
         reader = self._connected_reader()
-        await route_items(reader, self._senders, self._router, self._between_items)
+        await route_items(reader, self._senders, self._router, self._between_items, pre_aggregator(self._head))
         return {"name": self.name, "rows_sent": reader.rows_read}

@@ -319,6 +319,7 @@ class _Attempt:
                     operator_factories=[n.factory for n in stage.nodes],
                     partitioning=downstream_partitioning,
                     key=None if position == len(stages) - 1 else stages[position + 1].key,
+                    downstream_head=None if position == len(stages) - 1 else stages[position + 1].nodes[0].factory,
                     output_schema=self.output_schema if position == len(stages) - 1 else None,
                     input_schema=source.schema,
                     checkpoints=self.checkpoints,
@@ -346,6 +347,7 @@ class _Attempt:
                 handle = _remote(SourceActor, name, self.placement).remote(
                     job, source.name, i, source.parallelism,
                     key=stages[0].key if stages[0].partitioning == "hash" else None,
+                    head=stages[0].nodes[0].factory if stages[0].partitioning == "hash" else None,
                     checkpoints=self.checkpoints, coordinator=self.coordinator, attempt=self.number,
                     restore=self.restore)
                 self.names[handle] = name

@@ -110,6 +110,59 @@ def test_a_keyed_read_sends_a_row_per_key_and_window_where_the_window_operator_a
     assert not any(kind == "partials" for s in senders for kind, _ in s.items)
 
 
+def test_an_operator_whose_output_is_split_by_key_sends_partials_for_a_keyed_window_stage():
+    import asyncio
+
+    from actors.output import BatchingOutput, Outbox, Partitioner
+    from actors.source_actor import pre_aggregator
+    from operators import Record
+    from operators.windows import WindowOperator
+
+    def collect(**window_options):
+        senders = [_Collect(), _Collect()]
+
+        async def run():
+            outbox = Outbox(senders, max_pending=100, on_room=lambda: None)
+            head = pre_aggregator(lambda: WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count(), **window_options))
+            output = BatchingOutput(outbox, Partitioner("hash", 2, "k"), batch_size=500, schema=None,
+                                    side=lambda tag, values: None, pre_aggregate=head)
+            for row in _table(0, 3_000, KEYS).to_pylist():
+                output.collect(Record(row, row["ts"]))
+            output.flush()
+            await outbox.close()
+
+        asyncio.run(run())
+        return senders
+
+    router = KeyRouter("k")
+    senders = collect()
+    for target, sender in enumerate(senders):
+        assert {kind for kind, _ in sender.items} == {"partials"}
+        for partials, rows in (payload for _, payload in sender.items):
+            assert rows == 500 and partials.num_rows < rows
+            assert {router.target(row, 2) for row in partials.to_pylist()} == {target}
+    assert sum(n for s in senders for _, (p, _) in s.items for n in p.column("__actorflow_row_count").to_pylist()) == 3_000
+    # With a late-data side output the window operator needs the rows themselves.
+    senders = collect(late_data_tag="late")
+    assert {kind for s in senders for kind, _ in s.items} == {"records"}
+    assert sum(p.num_rows for s in senders for _, p in s.items) == 3_000
+
+
+def test_source_actors_that_split_by_key_give_exact_windows(ray_session):
+    # Three source splits feed two window instances: source actors route by key, pre-aggregated.
+    tables = [_table(j * 1_000, 1_000, KEYS) for j in range(6)]
+    result = (
+        from_arrow(tables, timestamp_column="ts", parallelism=3, batch_size=250)
+        .key_by("k", parallelism=2).window(TumblingEventTimeWindows.of(2_000)).count()
+        .execute(progress=False)
+    )
+    assert any("rows_sent" in f for f in result.figures)  # source actors ran
+    rows = result.to_arrow().to_pylist()
+    expected = Counter((r["k"], r["ts"] // 2_000 * 2_000) for t in tables for r in t.to_pylist())
+    assert {(r["k"], r["window_start"]): r["count"] for r in rows} == dict(expected)
+    assert sum(f.get("late_records_dropped", 0) for f in result.figures) == 0
+
+
 def _instances_of_keys(result) -> dict:
     """Which instance of the last stage emitted each key."""
     owner: dict = {}
