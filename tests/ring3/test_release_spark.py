@@ -141,13 +141,16 @@ def test_on_read_waits_for_the_action_that_read_the_blocks_to_end(spark):
 
     # One Spark job: the first action of the result is one, usually.
     df.mapInPandas(slow_tail, "rows long").write.format("noop").mode("overwrite").save()
-    ended = time.monotonic()
+    # Not while the action still ran (the blocks were cached about 2 s before it ended).
+    _assert_on_read_came_after(read_at, time.monotonic())
+    df.unpersist()
+
+
+def _assert_on_read_came_after(read_at: list[float], ended: float) -> None:
     deadline = ended + 10
     while not read_at and time.monotonic() < deadline:
         time.sleep(0.05)
-    # Not while the action still ran (the blocks were cached about 2 s before it ended).
     assert read_at and read_at[0] >= ended - 0.5, f"on_read ran {ended - read_at[0]:.2f} s before the action ended"
-    df.unpersist()
 
 
 def test_on_read_waits_through_a_pause_between_the_jobs_of_an_action(spark):
@@ -164,11 +167,7 @@ def test_on_read_waits_through_a_pause_between_the_jobs_of_an_action(spark):
     assert df.count() == 1_000
     time.sleep(0.1)
     df.mapInPandas(slow, "id long").write.format("noop").mode("overwrite").save()
-    ended = time.monotonic()
-    deadline = ended + 10
-    while not read_at and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert read_at and read_at[0] >= ended - 0.5, f"on_read ran {ended - read_at[0]:.2f} s before the second job ended"
+    _assert_on_read_came_after(read_at, time.monotonic())
     df.unpersist()
 
 
