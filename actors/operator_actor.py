@@ -52,9 +52,9 @@ from .channel import ChannelSender, InputGate
 from .metrics import OperatorMetricsExporter
 from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
-from .output import BatchingOutput, LocalSink, Outbox, Partitioner
+from .output import BatchingOutput, LocalSink, Outbox, Partitioner, pre_aggregator
 from .processing_time import AsyncioProcessingTimeService
-from .source_actor import BlockReader, LocalChannel, pre_aggregator, route_items
+from .source_actor import BlockReader, LocalChannel, route_items
 from .store_pages import process_pages
 from .tracing_shims import bind_private_methods
 

@@ -16,7 +16,24 @@ from .arrow_rows import RowBatch, SchemaTracker, is_bare, rows_to_batch
 from .channel import ChannelSender
 from .keys import KeyRouter, as_router
 
-__all__ = ["BatchingOutput", "LocalSink", "Outbox", "Partitioner"]
+__all__ = ["BatchingOutput", "LocalSink", "Outbox", "Partitioner", "PreAggregate", "partials_of", "pre_aggregator"]
+
+
+#: A keyed window operator's ``pre_aggregate``: a batch's partial aggregates, or None.
+PreAggregate = Callable[[pa.Table, pa.Array], "pa.Table | None"]
+
+
+def pre_aggregator(head_factory: Callable[[], Any] | None) -> PreAggregate | None:
+    """The ``pre_aggregate`` of the operator ``head_factory`` makes, or None: what a batch may
+    become before a key split sends it to that operator's instances (a keyed window stage)."""
+    return None if head_factory is None else getattr(head_factory(), "pre_aggregate", None)
+
+
+def partials_of(pre_aggregate: PreAggregate | None, batch: RowBatch) -> pa.Table | None:
+    """``batch``'s partial aggregates by ``pre_aggregate``, or None where its rows must go."""
+    if pre_aggregate is None or batch.timestamps is None or is_bare(batch.table):
+        return None
+    return pre_aggregate(batch.table, batch.timestamps)
 
 
 class Partitioner:
@@ -278,7 +295,7 @@ class BatchingOutput:
         schema: pa.Schema | None,
         side: Callable[[str, list[Any]], None],
         hint: pa.Schema | None = None,
-        pre_aggregate: Callable[[pa.Table, pa.Array], pa.Table | None] | None = None,
+        pre_aggregate: PreAggregate | None = None,
     ) -> None:
         self._outbox = outbox
         self._pre_aggregate = pre_aggregate
@@ -363,9 +380,8 @@ class BatchingOutput:
     def _put(self, target: int, batch: RowBatch) -> None:
         # Rebalancing picks a channel per batch; otherwise the target is the channel.
         channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else target
-        if self._pre_aggregate is not None and batch.timestamps is not None and not is_bare(batch.table):
-            partials = self._pre_aggregate(batch.table, batch.timestamps)
-            if partials is not None:
-                self._outbox.put(channel, "partials", (partials, batch.num_rows))
-                return
-        self._outbox.put(channel, "records", batch)
+        partials = partials_of(self._pre_aggregate, batch)
+        if partials is not None:
+            self._outbox.put(channel, "partials", (partials, batch.num_rows))
+        else:
+            self._outbox.put(channel, "records", batch)

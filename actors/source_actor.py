@@ -24,13 +24,14 @@ from operators.elements import WatermarkStatus
 from operators.errors import SchemaError
 from operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness
 
-from .arrow_rows import RowBatch, is_bare
+from .arrow_rows import RowBatch
 from .channel import ChannelSender
 from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
+from .output import PreAggregate, partials_of, pre_aggregator
 from .store_pages import process_pages
 
-__all__ = ["BlockReader", "LocalChannel", "SourceActor", "event_time_ms", "pre_aggregator", "route_items"]
+__all__ = ["BlockReader", "LocalChannel", "SourceActor", "event_time_ms", "route_items"]
 
 
 def event_time_ms(table: pa.Table, column: str) -> pa.Array:
@@ -191,7 +192,7 @@ class LocalChannel:
 
 async def route_items(
     reader: BlockReader, senders: list[Any], router: KeyRouter | None, between_items: asyncio.Event,
-    pre_aggregate: Callable[[pa.Table, pa.Array], pa.Table | None] | None = None,
+    pre_aggregate: PreAggregate | None = None,
 ) -> None:
     """Send ``reader``'s items over ``senders``: batches round-robin, or by key with ``router``;
     watermarks, statuses and the end to all of them. ``between_items`` is clear while the parts of
@@ -209,9 +210,7 @@ async def route_items(
         between_items.clear()
         if kind == "records":
             assert router is not None
-            partials = None
-            if pre_aggregate is not None and payload.timestamps is not None and not is_bare(payload.table):
-                partials = pre_aggregate(payload.table, payload.timestamps)
+            partials = partials_of(pre_aggregate, payload)
             if partials is not None:
                 for sender, part in zip(senders, router.split(RowBatch(partials, None), len(senders))):
                     if part.num_rows:
@@ -226,12 +225,6 @@ async def route_items(
         between_items.set()
     for sender in senders:
         await sender.flush()
-
-
-def pre_aggregator(head_factory: Callable[[], Any] | None) -> Callable[[pa.Table, pa.Array], pa.Table | None] | None:
-    """The ``pre_aggregate`` of the operator ``head_factory`` makes, or None: what a batch may
-    become before a key split sends it to that operator's instances (a keyed window stage)."""
-    return None if head_factory is None else getattr(head_factory(), "pre_aggregate", None)
 
 
 def _item(element: Any) -> tuple[str, Any]:

@@ -319,7 +319,7 @@ class _Attempt:
                     operator_factories=[n.factory for n in stage.nodes],
                     partitioning=downstream_partitioning,
                     key=None if position == len(stages) - 1 else stages[position + 1].key,
-                    downstream_head=None if position == len(stages) - 1 else stages[position + 1].nodes[0].factory,
+                    downstream_head=stages[position + 1].nodes[0].factory if downstream_partitioning == "hash" else None,
                     output_schema=self.output_schema if position == len(stages) - 1 else None,
                     input_schema=source.schema,
                     checkpoints=self.checkpoints,

@@ -113,8 +113,7 @@ def test_a_keyed_read_sends_a_row_per_key_and_window_where_the_window_operator_a
 def test_an_operator_whose_output_is_split_by_key_sends_partials_for_a_keyed_window_stage():
     import asyncio
 
-    from actors.output import BatchingOutput, Outbox, Partitioner
-    from actors.source_actor import pre_aggregator
+    from actors.output import BatchingOutput, Outbox, Partitioner, pre_aggregator
     from operators import Record
     from operators.windows import WindowOperator
 
