@@ -36,33 +36,74 @@ Item = tuple[str, Any]
 
 
 class ChannelSender:
-    """The sending end of one channel to one receiver actor."""
+    """The sending end of one channel to one receiver actor.
+
+    Items sent in one turn of the event loop (a batch and the watermark after it, or what an
+    outbox had queued), as far as the credits allow, leave together in one actor call: on a
+    small machine a call costs about 0.3 ms of CPU, whatever it carries.
+    """
 
     def __init__(self, receiver: Any, channel_id: int, *, credits: int = 4) -> None:
         self._receiver = receiver
         self.channel_id = channel_id
         self._credits = credits
         self._seq = 0
-        self._unacked: deque[Any] = deque()
+        self._unacked: deque[tuple[Any, int]] = deque()  # (call, items it carries)
+        self._unacked_items = 0
+        self._buffer: list[Item] = []
+        self._failed: BaseException | None = None  # a call that could not be made, raised by the next send
 
     async def send(self, kind: str, payload: Any) -> None:
-        while len(self._unacked) >= self._credits:
-            await self._unacked.popleft()
-        self.send_now(kind, payload)
+        self._raise_failure()
+        while self._unacked_items + len(self._buffer) >= self._credits:
+            self._send_buffer()
+            self._raise_failure()
+            await self._acknowledged()
+        if not self._buffer:
+            asyncio.get_running_loop().call_soon(self._send_buffer)
+        self._buffer.append((kind, payload))
 
     def send_now(self, kind: str, payload: Any) -> None:
-        """Send without waiting for credit: for barriers, which must overtake the batches."""
-        self._unacked.append(self._receiver.push.remote(self.channel_id, self._seq, kind, payload))
-        self._seq += 1
+        """Send without waiting for credit: for barriers, which must overtake the batches that
+        wait for credit, behind the items already sent."""
+        self._send_buffer()
+        self._raise_failure()
+        self._call([(kind, payload)])
+
+    def _send_buffer(self) -> None:
+        if self._buffer:
+            items, self._buffer = self._buffer, []
+            try:
+                self._call(items)
+            except Exception as error:  # noqa: BLE001 - the sender's next send or flush raises it
+                self._failed = error
+
+    def _raise_failure(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
+    def _call(self, items: list[Item]) -> None:
+        self._unacked.append((self._receiver.push.remote(self.channel_id, self._seq, items), len(items)))
+        self._unacked_items += len(items)
+        self._seq += len(items)
+
+    async def _acknowledged(self) -> None:
+        """Wait for the oldest call's acknowledgement."""
+        call, items = self._unacked[0]
+        await call
+        self._unacked.popleft()
+        self._unacked_items -= items
 
     async def flush(self) -> None:
         """Wait until the receiver has accepted every item sent."""
+        self._send_buffer()
+        self._raise_failure()
         while self._unacked:
-            await self._unacked.popleft()
+            await self._acknowledged()
 
     @property
     def sent(self) -> int:
-        return self._seq
+        return self._seq + len(self._buffer)
 
 
 class InputGate:
@@ -81,15 +122,19 @@ class InputGate:
         self._turn = 0
         self.barriers = 0  # barriers queued, on all channels
 
-    async def push(self, channel: int, seq: int, kind: str, payload: Any) -> None:
+    async def push(self, channel: int, seq: int, items: list[Item]) -> None:
+        """File ``items`` in ``channel``'s queue, in order, ``seq`` numbering the first; returns
+        once the last is among the first ``capacity`` items of the queue (a barrier: at once)."""
         if not 0 <= channel < self.num_channels:
             raise ValueError(f"channel must be in [0, {self.num_channels}), got {channel}")
         async with self._changed:
             await self._changed.wait_for(lambda: seq == self._next_seq[channel])
-            self._next_seq[channel] += 1
-            number = self.file(channel, kind, payload)
+            self._next_seq[channel] += len(items)
+            number = 0
+            for kind, payload in items:
+                number = self.file(channel, kind, payload)
             self._changed.notify_all()
-            if kind != "barrier":
+            if items[-1][0] != "barrier":
                 await self._changed.wait_for(lambda: number - self._taken[channel] < self.capacity)
 
     def file(self, channel: int, kind: str, payload: Any) -> int:

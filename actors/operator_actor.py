@@ -268,10 +268,11 @@ class OperatorActor:
         self.processor.report_throwable(failure)
         self._wake()
 
-    async def push(self, channel: int, seq: int, kind: str, payload: Any) -> None:
-        if kind == "records":
-            process_pages.passed(payload.table.nbytes)  # a large batch came through the store
-        await self._gate.push(channel, seq, kind, payload)
+    async def push(self, channel: int, seq: int, items: list[tuple[str, Any]]) -> None:
+        for kind, payload in items:
+            if kind == "records":
+                process_pages.passed(payload.table.nbytes)  # a large batch came through the store
+        await self._gate.push(channel, seq, items)
 
     async def wait(self) -> dict[str, Any]:
         """The final figures once the chain has drained; raises the error that stopped it."""
