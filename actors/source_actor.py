@@ -211,14 +211,10 @@ async def route_items(
         if kind == "records":
             assert router is not None
             partials = partials_of(pre_aggregate, payload)
-            if partials is not None:
-                for sender, part in zip(senders, router.split(RowBatch(partials, None), len(senders))):
-                    if part.num_rows:
-                        await sender.send("partials", (part.table, payload.num_rows))
-            else:
-                for sender, part in zip(senders, router.split(payload, len(senders))):
-                    if part.num_rows:
-                        await sender.send(kind, part)
+            batch = payload if partials is None else RowBatch(partials, None)
+            for sender, part in zip(senders, router.split(batch, len(senders))):
+                if part.num_rows:
+                    await sender.send(*((kind, part) if partials is None else ("partials", (part.table, payload.num_rows))))
         else:
             for sender in senders:
                 await sender.send(kind, payload)

@@ -11,7 +11,12 @@ import pyarrow.compute as pc
 
 from .functions import BuiltinAggregate
 
-__all__ = ["accumulators", "group_aggregations"]
+__all__ = ["accumulators", "group_aggregations", "input_columns"]
+
+
+def input_columns(keys: list[str], parts: list[BuiltinAggregate]) -> list[str]:
+    """The columns a group-by for ``parts`` reads: the keys, then each aggregated field once."""
+    return list(dict.fromkeys([*keys, *(p.field for p in parts if p.field is not None)]))
 
 
 def group_aggregations(parts: list[BuiltinAggregate], base: list[tuple[str, str]]) -> list[Any]:

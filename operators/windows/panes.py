@@ -31,12 +31,14 @@ from .functions import Aggregations, BuiltinAggregate
 if TYPE_CHECKING:
     from .window_operator import WindowOperator
 
-__all__ = ["COUNT", "FIRST", "Panes", "ROW", "START", "can_use_panes", "fired_windows", "group_rows"]
+__all__ = ["COUNT", "FIRST", "PANE_BASE", "Panes", "ROW", "START", "can_use_panes", "fired_windows", "group_rows"]
 
 ROW = "__actorflow_row"
 START = "__actorflow_window_start"
 FIRST = f"{ROW}_min"  # the panes' registration order: a running row number over all batches
 COUNT = f"{ROW}_count"
+#: What every pane holds besides the parts' partials: its first row's number, and its row count.
+PANE_BASE = [(ROW, "min"), (ROW, "count")]
 _SAFE_INT_DOUBLE = 2**53  # integers of up to this size convert to a double exactly
 
 
@@ -63,7 +65,7 @@ class Panes:
         self._build_specs()
 
     def _build_specs(self) -> None:
-        self._specs = group_aggregations(self.parts, [(ROW, "min"), (ROW, "count")])
+        self._specs = group_aggregations(self.parts, PANE_BASE)
         # How partial results merge: counts and sums add up, minima and maxima stay what they are.
         # group_by names a result "<column>_<function>"; the merged ones get the partials' names back.
         merge = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}

@@ -42,8 +42,8 @@ from ..errors import SchemaError
 from .assigners import EventTimeSessionWindows, SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
 from .functions import Aggregations, BuiltinAggregate
 from .triggers import EventTimeTrigger
-from .arrow_aggregates import group_aggregations
-from .panes import FIRST as _FIRST, COUNT as _COUNT, ROW as _ROW, START as _START, Panes, can_use_panes, group_rows
+from .arrow_aggregates import group_aggregations, input_columns
+from .panes import FIRST as _FIRST, COUNT as _COUNT, PANE_BASE, ROW as _ROW, START as _START, Panes, can_use_panes, group_rows
 from .vectorised_sessions import add_session_partial, session_groups
 
 if TYPE_CHECKING:
@@ -167,8 +167,7 @@ def process_timestamped_batch(op: "WindowOperator", table: pa.Table, timestamps_
     fallback_rows = pc.indices_nonzero(late).to_pylist()
 
     parts = _builtins(op) or []
-    columns = list(dict.fromkeys([*(op.key_fields or ()), *(p.field for p in parts if p.field is not None)]))
-    base = table.select(columns).append_column(_ROW, rows)
+    base = table.select(input_columns(list(op.key_fields or ()), parts)).append_column(_ROW, rows)
     pieces = []
     for start, has in zip(starts, exists):
         keep = pc.and_(has, pc.invert(late))
@@ -219,12 +218,11 @@ def partial_aggregates(op: "WindowOperator", table: pa.Table, timestamps_ms: Any
         return None
     parts = _builtins(op) or []
     keys = list(op.key_fields or ())
-    columns = list(dict.fromkeys([*keys, *(p.field for p in parts if p.field is not None)]))
     assigner: Any = op.assigner
-    assigned = (table.select(columns).append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    assigned = (table.select(input_columns(keys, parts))
+                .append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
                 .append_column(_START, _newest_starts(ts, assigner.size_ms, assigner.offset_ms)))
-    specs = group_aggregations(parts, [(_ROW, "min"), (_ROW, "count")])
-    return assigned.group_by([*keys, _START], use_threads=False).aggregate(specs)
+    return assigned.group_by([*keys, _START], use_threads=False).aggregate(group_aggregations(parts, PANE_BASE))
 
 
 def process_partials(op: "WindowOperator", partials: pa.Table, batch_rows: int) -> int:
@@ -241,9 +239,7 @@ def process_partials(op: "WindowOperator", partials: pa.Table, batch_rows: int) 
         op.metrics.late_records_dropped += late
         partials = partials.filter(pc.invert(fired))
     if op._panes or can_use_panes(op):
-        if op._panes is None:
-            op._panes = Panes(list(op.key_fields or ()), _builtins(op) or [], size)
-        op._panes.add_partials(partials, batch_rows)
+        _panes_of(op).add_partials(partials, batch_rows)
         return records
     for _, key, start, accs in group_rows(_in_first_row_order(partials), list(op.key_fields or ()), _builtins(op) or []):
         _add_partial(op, key, TimeWindow(start, start + size), accs)
@@ -263,24 +259,26 @@ def _add_to_panes(
     late-data side output, or the dropped count), in row order. Without allowed lateness no window
     fires on an element, so nothing else happens before the next watermark.
     """
-    parts = _builtins(op) or []
-    keys = list(op.key_fields or ())
-    columns = list(dict.fromkeys([*keys, *(p.field for p in parts if p.field is not None)]))
-    base = table.select(columns).append_column(_ROW, rows)
+    base = table.select(input_columns(list(op.key_fields or ()), _builtins(op) or [])).append_column(_ROW, rows)
     pieces, kept = [], None
     for start, has, fired in zip(starts, exists, fireds):
         keep = pc.and_(has, pc.invert(fired))
         kept = keep if kept is None else pc.or_(kept, keep)
         pieces.append(base.append_column(_START, start).filter(keep))
-    if op._panes is None:
-        size: int = op.assigner.size_ms  # type: ignore[attr-defined]  # tumbling or sliding
-        op._panes = Panes(keys, parts, size)
-    op._panes.add(pa.concat_tables(pieces), table.num_rows)
+    _panes_of(op).add(pa.concat_tables(pieces), table.num_rows)
     op.metrics.records_in += table.num_rows
     late = pc.indices_nonzero(pc.invert(kept)).to_pylist()
     if late:
         for value, t in zip(table.take(late).to_pylist(), pc.take(ts, late).to_pylist()):
             op._on_late(Record(value, t))
+
+
+def _panes_of(op: "WindowOperator") -> Panes:
+    """The operator's panes, made at their first use."""
+    if op._panes is None:
+        size: int = op.assigner.size_ms  # type: ignore[attr-defined]  # tumbling or sliding
+        op._panes = Panes(list(op.key_fields or ()), _builtins(op) or [], size)
+    return op._panes
 
 
 def move_panes_to_dict(op: "WindowOperator") -> None:
@@ -315,7 +313,7 @@ def _pre_aggregate(assigned: pa.Table, keys: list[str], parts: list[BuiltinAggre
     """``(first row, key, window start, accumulator)`` per group, in the per-record path's order."""
     if assigned.num_rows == 0:
         return []
-    aggregations = group_aggregations(parts, [(_ROW, "min"), (_ROW, "count")])
+    aggregations = group_aggregations(parts, PANE_BASE)
     result = assigned.group_by([*keys, _START], use_threads=False).aggregate(aggregations)
     return group_rows(_in_first_row_order(result), keys, parts)
 

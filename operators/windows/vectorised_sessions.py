@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..elements import MIN_TIMESTAMP
-from .arrow_aggregates import accumulators, group_aggregations
+from .arrow_aggregates import accumulators, group_aggregations, input_columns
 from .assigners import TimeWindow
 from .functions import Aggregations, BuiltinAggregate
 from .merging import MergingWindowSet
@@ -60,7 +60,7 @@ def session_groups(
         mask = [tuple(row[k] for k in keys) in late_keys for row in key_rows]
         early = pa.array(mask, pa.bool_())
         fallback_rows = [i for i, late in enumerate(mask) if late]
-    columns = list(dict.fromkeys([*keys, *(p.field for p in parts if p.field is not None)]))
+    columns = input_columns(keys, parts)
     base = table.select(columns).append_column(_ROW, rows).append_column(_TS, ts).filter(pc.invert(early))
     if base.num_rows == 0:
         return [], fallback_rows
