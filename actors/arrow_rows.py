@@ -190,7 +190,8 @@ def rows_to_batch(
     With ``schema``, every row must fit it exactly, or ``SchemaError`` says which row does not.
     Otherwise ``tracker`` (or a fresh one) decides each column's type.
     """
-    ts = pa.array(timestamps, type=pa.int64()) if any(t is not None for t in timestamps) else None
+    # list.count() runs in C: a generator over the rows would cost more than the check is worth.
+    ts = pa.array(timestamps, type=pa.int64()) if timestamps.count(None) < len(timestamps) else None
     if values and not isinstance(values[0], dict):
         table = pa.table({VALUE_COLUMN: values}).replace_schema_metadata(_BARE)
     elif schema is not None:
@@ -200,7 +201,7 @@ def rows_to_batch(
             raise SchemaError(_which_row(values, schema, error)) from error
     else:
         table = (tracker or SchemaTracker()).table(values)
-    if origins is not None and all(o is None for o in origins):
+    if origins is not None and origins.count(None) == len(origins):
         origins = None
     return RowBatch(table, ts, origins)
 

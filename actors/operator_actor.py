@@ -525,7 +525,7 @@ class OperatorActor:
             return
         if self._rows is not None:
             rows, pos, origins = self._rows, self._row_pos, self._row_origins
-            process, blocked = chain.head.process_element, chain.is_blocked  # once per record: bound once
+            process, blocked = chain.head.process_element, chain.blocked_check()  # once per record: bound once
             end = min(len(rows), pos + self.spec.rows_per_round)
             while pos < end:
                 value, ts = rows[pos]

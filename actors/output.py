@@ -304,6 +304,7 @@ class BatchingOutput:
         self._schema = schema
         self._tracker = SchemaTracker(hint)
         self._side = side
+        self._keyed = partitioner.kind == "hash" and partitioner.num_targets > 1
         n = max(1, partitioner.num_targets)
         self._values: list[list[Any]] = [[] for _ in range(n)]
         self._timestamps: list[list[int | None]] = [[] for _ in range(n)]
@@ -312,7 +313,8 @@ class BatchingOutput:
         self.records_out = 0
 
     def collect(self, record: Record) -> None:
-        target = self._partitioner.target(record.value)
+        # Only a hash partitioner picks a target per record; the others send batches.
+        target = self._partitioner.target(record.value) if self._keyed else 0
         values = self._values[target]
         values.append(record.value)
         self._timestamps[target].append(record.timestamp_ms)

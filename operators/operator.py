@@ -287,6 +287,11 @@ class OperatorChain:
                 return True
         return False
 
+    def blocked_check(self) -> Callable[[], bool]:
+        """``is_blocked``, or the one operator's own when the chain has one: the same answer for
+        a caller that asks once per record."""
+        return self.operators[0].is_blocked if len(self.operators) == 1 else self.is_blocked
+
     def end_input(self) -> None:
         self._ending = True
         self.advance_end_of_input()
