@@ -9,6 +9,7 @@ thread); ``on_done`` is called on that loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, Callable
 
 __all__ = ["AsyncioCoroutineRunner"]
@@ -19,13 +20,19 @@ class AsyncioCoroutineRunner:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        # A loop without a task factory (Ray's, asyncio's own) makes an asyncio.Task in
+        # create_task and nothing more (but in debug mode): made here directly, a request saves
+        # create_task's own checks. A loop with a factory, or in debug mode, keeps its way.
+        self._new_task: Callable[[Any], asyncio.Task[Any]] = loop.create_task
+        if loop.get_task_factory() is None and not loop.get_debug() and type(loop).create_task is asyncio.BaseEventLoop.create_task:
+            self._new_task = functools.partial(asyncio.Task, loop=loop)
 
     def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], Any]:
         """Run ``coro``; ``on_done(result, error)`` gets its outcome. Returns what cancels it."""
         # Reporting from inside the task saves the loop round of a done-callback per request.
-        # The task copies the current context (eagerly started or not), so the coroutine keeps
-        # the idempotency key of the request that submitted it while other requests run.
-        return self._loop.create_task(_report(coro, on_done)).cancel
+        # The task copies the current context, so the coroutine keeps the idempotency key of the
+        # request that submitted it while other requests run.
+        return self._new_task(_report(coro, on_done)).cancel
 
 
 async def _report(coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> None:

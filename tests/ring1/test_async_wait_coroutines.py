@@ -149,3 +149,44 @@ def test_a_result_that_comes_before_the_deadline_mail_wins_and_a_late_one_loses(
     gates["b"].set()  # after the deadline: cancelled, ignored
     h.run_until_idle()
     assert sorted(h.output_values()) == ["a", "b-fallback", "c-fallback"]
+
+
+@pytest.mark.parametrize("factory", [False, True])
+def test_the_coroutine_runner_keeps_a_loops_task_factory_and_each_requests_key(factory: bool) -> None:
+    """A loop without a task factory gets its tasks made directly; one with a factory (a user's,
+    or a tracing library's) still gets every task through it. Either way each coroutine sees the
+    key of its own request, and a cancel stops it."""
+    from operators.coroutine_runner import AsyncioCoroutineRunner
+    from operators.request_keys import call_in_request
+
+    async def main() -> tuple[list[Any], int, int]:
+        loop = asyncio.get_running_loop()
+        made: list[Any] = []
+        if factory:
+            def task_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+                made.append(coro)
+                return asyncio.Task(coro, loop=loop, **kwargs)
+
+            loop.set_task_factory(task_factory)
+        runner = AsyncioCoroutineRunner(loop)
+        seen: list[Any] = []
+
+        async def request(n: int) -> list[Any]:
+            await asyncio.sleep(0)
+            return [(n, current_request_key())]
+
+        async def hang() -> None:
+            await asyncio.sleep(60)
+
+        for n in range(3):
+            call_in_request(f"k{n}", None, runner.submit, request(n), lambda result, error: seen.append((result, error)))
+        cancel = runner.submit(hang(), lambda result, error: seen.append(("hang", result, error)))
+        cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return seen, len(made), len(asyncio.all_tasks()) - 1  # (asyncio.run's shutdown makes more)
+
+    seen, made, left = asyncio.run(main())
+    assert seen == [([(0, "k0")], None), ([(1, "k1")], None), ([(2, "k2")], None)]
+    assert made == (4 if factory else 0)
+    assert left == 0  # the cancelled coroutine is gone, and reported nothing
