@@ -213,8 +213,12 @@ async def route_items(
             partials = partials_of(pre_aggregate, payload)
             batch = payload if partials is None else RowBatch(partials, None)
             for sender, part in zip(senders, router.split(batch, len(senders))):
-                if part.num_rows:
-                    await sender.send(*((kind, part) if partials is None else ("partials", (part.table, payload.num_rows))))
+                if not part.num_rows:
+                    continue
+                if partials is None:
+                    await sender.send(kind, part)
+                else:
+                    await sender.send("partials", (part.table, payload.num_rows))
         else:
             for sender in senders:
                 await sender.send(kind, payload)

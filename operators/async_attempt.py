@@ -125,8 +125,6 @@ class _Operator(Protocol):
     completions: CoalescingInbox
     deadlines: DeadlineQueue
 
-    _failed: Any  # the error that failed the operator, or None (read once per attempt)
-
     @property
     def has_failed(self) -> bool: ...
 
@@ -251,7 +249,7 @@ class AttemptHandler:
     def on_attempt_complete(self, attempt: int, results: Sequence[Any] | None, error: BaseException | None) -> None:
         # A completion of an older attempt, or one that arrives after the timeout fired or after
         # the outcome was decided (or after the operator failed), must not produce an outcome.
-        if self.op._failed is not None or self.state is not _RUNNING or attempt != self.attempt:
+        if self.op.has_failed or self.state is not _RUNNING or attempt != self.attempt:
             return
         if error is None and results is not None:
             error = self.check_results(results)

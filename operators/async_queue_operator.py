@@ -269,14 +269,10 @@ class AsyncQueueOperator(StreamOperator):
                 ),
             )
             return
-        origin, payload = record.origin, entry.payload
-        if len(payload) == 1:  # the usual enrichment: one result, the record's own origin
-            self.output.collect(Record(payload[0], record.timestamp_ms, origin))
-            self.metrics.records_out += 1
-            return
-        for i, value in enumerate(payload):
+        origin = record.origin
+        for i, value in enumerate(entry.payload):
             self.output.collect(Record(value, record.timestamp_ms, origin if i == 0 or origin is None else (*origin, i)))
-        self.metrics.records_out += len(payload)
+        self.metrics.records_out += len(entry.payload)
 
     def _snapshot_waiting(self) -> list[tuple[Any, ...]]:
         items: list[tuple[Any, ...]] = []

@@ -45,7 +45,7 @@ from .async_function import AsyncFunction, ResultFuture, as_async_function
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
 from .errors import ConfigurationError, RecordError
-from .request_keys import CURRENT_REQUEST, RequestKey, call_in_request, key_text
+from .request_keys import RequestKey, call_in_request, key_text
 from .retry import RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 
@@ -59,7 +59,9 @@ class _ElementHandler(AttemptHandler):
 
     op: "AsyncWaitOperator"
 
-    entry: RecordEntry  # set by the operator right after it makes the handler
+    def __init__(self, op: "AsyncWaitOperator", entry: RecordEntry, attempt: int, deadline_ms: int | None) -> None:
+        super().__init__(op, attempt, deadline_ms)
+        self.entry = entry
 
     def prepare_inputs(self) -> Any:
         record = self.entry.record
@@ -98,17 +100,12 @@ class _CoroutineElementHandler(_ElementHandler):
             op.completions.put(self.on_input_error, self.attempt, error)
             return
         call = self.future = CoroutineCall()
-        # call_in_request's work, inline: it runs once per record. Making the coroutine runs
-        # none of its body; the task that runs it copies the context, and so the request's
-        # key, when it is submitted.
-        token = CURRENT_REQUEST.set((self.entry.key, None))
         try:
-            call.cancel = op._runner_submit(op._coroutine(inputs), self.coroutine_ended)
+            # Making the coroutine runs none of its body; the task that runs it copies the
+            # context, and so the request's key, when it is submitted.
+            call.cancel = call_in_request(self.entry.key, None, op._runner_submit, op._coroutine(inputs), self.coroutine_ended)
         except Exception as error:  # the function raised instead of returning a coroutine
-            CURRENT_REQUEST.reset(token)
             self.coroutine_ended(None, error)
-        else:
-            CURRENT_REQUEST.reset(token)
 
 
 class AsyncWaitOperator(AsyncQueueOperator):
@@ -151,7 +148,6 @@ class AsyncWaitOperator(AsyncQueueOperator):
     def open(self) -> None:
         self._open_queue(self.queue_capacity)
         self._requests = 0  # records whose outcome is not decided yet
-        self._now_ms = self.context.processing_time.now_ms
         self.function.open(self.context)
         coroutine, runner = self.function.direct_coroutine(), self.context.coroutine_runner
         self._handler_type: type[_ElementHandler] = _ElementHandler
@@ -208,22 +204,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
         return self._start(record, key, pending.attempt, pending.remaining_ms, pending.retry_in_ms)
 
     def _try_start_new(self, record: Record, key: RequestKey) -> bool:
-        # _start and AttemptHandler.start for a first attempt with a full deadline (which cannot
-        # have passed yet): they run once per record.
-        if self._requests >= self.capacity:
-            return False
-        now = self._now_ms()
-        entry = RecordEntry(record, key, now)
-        if not self.queue.try_put(entry):
-            return False
-        self._requests += 1
-        deadline_ms = None if self.timeout_ms is None else now + self.timeout_ms
-        handler = entry.handler = self._handler_type(self, 1, deadline_ms)
-        handler.entry = entry
-        if deadline_ms is not None and not self.deadlines.add(handler):
-            handler.timeout_timer = self.context.processing_time.register_timer(deadline_ms, handler.on_timeout)
-        handler.invoke()
-        return True
+        return self._start(record, key, 1, None, None)
 
     def _start(self, record: Record, key: RequestKey, attempt: int, remaining_ms: int | None, retry_in_ms: int | None) -> bool:
         if self._requests >= self.capacity:
@@ -233,19 +214,13 @@ class AsyncWaitOperator(AsyncQueueOperator):
         if not self.queue.try_put(entry):
             return False
         self._requests += 1
-        handler = entry.handler = self._handler_type(self, attempt, self._deadline(remaining_ms, now))
-        handler.entry = entry
-        handler.start(retry_in_ms, now)
+        entry.handler = self._handler_type(self, entry, attempt, self._deadline(remaining_ms, now))
+        entry.handler.start(retry_in_ms, now)
         return True
 
     def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:
         self._requests -= 1
-        if kind == "result":  # _complete_entry's work for the usual outcome, without the call
-            entry.kind = kind
-            entry.payload = payload
-            self.queue.on_complete(entry)
-        else:
-            self._complete_entry(entry, kind, payload, attempts)
+        self._complete_entry(entry, kind, payload, attempts)
         # A request slot is free now, even if the result waits for its turn in the queue.
         self._emit_completed(freed=self.queue_capacity > self.capacity)
 

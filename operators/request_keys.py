@@ -33,7 +33,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
-__all__ = ["CURRENT_REQUEST", "RequestKey", "call_in_request", "current_request_key", "current_request_keys", "key_text", "request_key"]
+__all__ = ["RequestKey", "call_in_request", "current_request_key", "current_request_keys", "key_text", "request_key"]
 
 T = TypeVar("T")
 
@@ -47,10 +47,6 @@ RequestKey = Union[str, tuple[str, Optional[tuple[Any, ...]], int]]
 # its key while other requests run on the same loop. One variable, so that a request sets one.
 _request: ContextVar[tuple[RequestKey | None, tuple[RequestKey, ...] | None]] = ContextVar(
     "actorflow_request", default=(None, None))
-
-#: The variable itself, for an operator that sets a record's key on its hot path without a call
-#: of ``call_in_request``: ``(key, None)`` for a record, reset when the request has started.
-CURRENT_REQUEST = _request
 
 
 def request_key(prefix: str, origin: tuple[Any, ...] | None, sequence: int) -> str:
