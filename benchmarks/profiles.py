@@ -13,8 +13,12 @@ system, every instance and every run sees exactly the same latency for record 17
 
 A call sleeps its latency and returns :func:`call_result` of the record id, a value a benchmark
 can check to prove that every record was really called. ``async_call`` sleeps with
-``asyncio.sleep`` (for event-loop systems), ``blocking_call`` with ``time.sleep`` (for thread
-pools). Neither spends CPU beyond the cost of sleeping.
+:func:`benchmarks.fd_sleep.fd_sleep` (for event-loop systems), ``blocking_call`` with
+``time.sleep`` (for thread pools). Both end at the deadline, as a socket's answer would: a
+thread's sleep does, and ``fd_sleep`` wakes the event loop through a kernel timer on a file
+descriptor. ``asyncio.sleep`` would end on the loop's next millisecond tick instead, which
+bunches the calls in flight into waves (see ``benchmarks.fd_sleep``). Neither call spends CPU
+beyond the cost of sleeping.
 
 Example::
 
@@ -31,6 +35,8 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+
+from benchmarks.fd_sleep import fd_sleep
 
 __all__ = [
     "PROFILES",
@@ -98,8 +104,8 @@ class LatencyProfile:
         return self.median_ms * math.exp(self.sigma * _STANDARD_NORMAL.inv_cdf(u))
 
     async def async_call(self, record_id: int) -> int:
-        """The service call for event loops: ``asyncio.sleep`` of the record's latency."""
-        await asyncio.sleep(self.latency_ms(record_id) / 1000.0)
+        """The service call for event loops: ``fd_sleep`` of the record's latency."""
+        await fd_sleep(self.latency_ms(record_id) / 1000.0)
         return call_result(record_id)
 
     def blocking_call(self, record_id: int) -> int:
