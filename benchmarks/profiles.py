@@ -36,8 +36,6 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from benchmarks.fd_sleep import fd_sleep
-
 __all__ = [
     "PROFILES",
     "LOGNORMAL_SIGMA",
@@ -105,6 +103,10 @@ class LatencyProfile:
 
     async def async_call(self, record_id: int) -> int:
         """The service call for event loops: ``fd_sleep`` of the record's latency."""
+        # Imported here: Spark's Python workers unpickle this class by value (see
+        # benchmarks.baselines.spark_threadpool) and only ever call blocking_call.
+        from benchmarks.fd_sleep import fd_sleep
+
         await fd_sleep(self.latency_ms(record_id) / 1000.0)
         return call_result(record_id)
 
