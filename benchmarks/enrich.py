@@ -4,7 +4,9 @@ Every system calls the simulated service of :mod:`benchmarks.profiles` once per 
 requests in flight per instance and P = 2 instances, for three latency profiles (constant 20 ms;
 lognormal, median 20 ms, p99 200 ms; skewed, 20 ms with a slow shard of users at 100 ms and one
 record in 2,000 at 1.5 s) and two concurrency levels (C = 100 and C = 1000; C = 64 for skewed).
-Measured in one run:
+Threads sleep a call's latency with ``time.sleep``, event loops with ``fd_sleep`` (a kernel
+timer on a file descriptor, as a socket's answer wakes a loop; ``async_service_sleep`` in the
+JSON says which one ran). Measured in one run:
 
 - actorflow, the async stage alone (input already in Ray's object store, so only the stage is
   timed): unordered and ordered with an ``async def``, ordered with a queue of 10 x C
@@ -48,6 +50,7 @@ import pyarrow.compute as pc
 import ray
 
 from benchmarks import profiles
+from benchmarks.fd_sleep import FD_SLEEP
 from benchmarks.baselines import (
     _materialize,
     _measure,
@@ -238,7 +241,8 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
     ensure_ray(num_cpus=2 * P)
     spark = spark_session("actorflow-bench", num_executors=1, executor_cores=P)
     bare = profiles.bare_asyncio_rps()
-    print(f"bare asyncio loop: {bare:,.0f} requests/s on one core; N = {n:,}, P = {P}, {os.cpu_count()} cores", flush=True)
+    print(f"bare asyncio loop: {bare:,.0f} requests/s on one core; N = {n:,}, P = {P}, {os.cpu_count()} cores; "
+          f"async calls sleep on {FD_SLEEP}", flush=True)
     tables = _arrow_input(n)
     df = make_events(spark, n)
     _warm_jvm(df)
@@ -300,6 +304,7 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
         "n": n,
         "parallelism": P,
         "bare_asyncio_rps": round(bare, 1),
+        "async_service_sleep": FD_SLEEP,
         "bound_rps": constant.get("bound_rps"),
         "actorflow_unordered_rps": constant.get("actorflow_unordered_rps"),
         "actorflow_ordered_rps": constant.get("actorflow_ordered_rps"),
