@@ -289,6 +289,12 @@ class OperatorActor:
     async def stats(self) -> dict[str, Any]:
         return self._figures()
 
+    async def actor_runtime_env(self) -> str:
+        """This process's runtime environment as Ray serialised it (see cluster.warm_workers)."""
+        import ray
+
+        return ray._private.worker.global_worker.core_worker.get_current_runtime_env()  # type: ignore[attr-defined, no-any-return]
+
     async def progress(self) -> int:
         """Rows read from the chained source, or else records taken in."""
         return self._reader.rows_read if self._reader is not None else self._records_in

@@ -31,7 +31,7 @@ from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode
 from .job_report import job_html, job_text
-from .warm_workers import actors_started
+from .warm_workers import ACTOR_RUNTIME_ENV, actors_started, learn_actor_env
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
@@ -88,8 +88,10 @@ def _actor_class(cls: type) -> Any:
 
 
 def _remote(cls: type, name: str, placement: dict[str, Any], **options: Any) -> Any:
+    # The runtime environment sets the actors' processes apart from tasks' (see warm_workers).
     return _NamedActor(_actor_class(cls).options(
-        name=name, namespace=NAMESPACE, max_restarts=0, lifetime=None, **placement, **options
+        name=name, namespace=NAMESPACE, max_restarts=0, lifetime=None, runtime_env=ACTOR_RUNTIME_ENV,
+        **placement, **options
     ), name)
 
 
@@ -355,6 +357,7 @@ class _Attempt:
                 self.sources.append(handle)
             self.handles.extend(self.sources)
         actors_started(len(self.handles))
+        learn_actor_env(self.stage_actors[0][0])
 
         # The processes start while the input is prepared (a Spark DataFrame's snapshot).
         splits = graph.splits()

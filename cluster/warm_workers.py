@@ -24,6 +24,14 @@ still starting) finds them ready, and waits only for the modules it needs. The r
 prestarted workers carries the job's runtime environment, which that hook is part of, so that
 they match the job's actors.
 
+Ray tasks would take those workers too: a task runs in any idle worker of its job whose runtime
+environment matches, and a worker that ran a task is no longer one for an actor (Ray ends it as
+surplus soon after). A user's tasks, or actorflow's own for blocking calls, between two jobs would
+leave the next job's actors to start cold. So the actors carry a runtime environment of their own,
+``ACTOR_RUNTIME_ENV`` (one variable, merged into the job's), and the workers asked for carry it
+too: only an actor of actorflow matches them. Ray merges the two environments into a string the
+driver cannot see, so the job asks its first actor for it (``learn_actor_env``).
+
 It is an optimisation only: where it cannot apply (Ray Client, a job-level runtime environment,
 whose workers a prestarted one would not match, or a raylet that refuses), nothing happens,
 and actors start as Ray starts them.
@@ -40,16 +48,32 @@ from typing import Any
 
 import ray
 
-__all__ = ["actors_started", "prepare_worker", "prestart_workers"]
+__all__ = ["ACTOR_RUNTIME_ENV", "actors_started", "learn_actor_env", "prepare_worker",
+           "prestart_workers"]
 
 _log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 600
 CHUNK_INTERVAL_S = 1.0  # about the time a worker process takes to start on a small machine
 
+# The runtime environment of actorflow's actors: the job's, plus this variable.
+ACTOR_RUNTIME_ENV: dict[str, Any] = {"env_vars": {"ACTORFLOW_PROCESS": "actor"}}
+
 # Per Ray job of this driver: workers asked for that no actor has taken yet, as far as this
-# process knows. The raylet starts as many as it is asked for, so requests ask for the rest.
-_waiting: dict[str, int] = {}
+# process knows, and when the last of them exits unused. The raylet starts as many as it is
+# asked for, so requests ask for the rest.
+_waiting: dict[str, tuple[int, float]] = {}
+# Per Ray job of this driver: the actors' runtime environment as Ray serialised it, or the
+# reference of an actor's answer while it is on its way.
+_actor_env: dict[str, Any] = {}
+
+
+def learn_actor_env(actor: Any) -> None:
+    """Ask ``actor`` (an ``OperatorActor``) for the actors' runtime environment, once per Ray job."""
+    if ray.is_initialized():
+        key = _job_key(ray.get_runtime_context())
+        if key not in _actor_env:
+            _actor_env[key] = actor.actor_runtime_env.remote()
 
 
 def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
@@ -63,25 +87,43 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
     try:
         context = ray.get_runtime_context()
         key = _job_key(context)
-        wanted = count - _waiting.get(key, 0)
+        waiting, until = _waiting.get(key, (0, 0.0))
+        wanted = count - (waiting if time.monotonic() < until else 0)
         if wanted <= 0:
             return False
         address = _raylet_address()
         if address is None:
             return False
+        env = _known_actor_env(key)
+        if env is None:
+            return False
         job_id = bytes.fromhex(context.get_job_id())
-        # The job's runtime environment exactly as its actors carry it, or they would not match.
-        env = ray._private.worker.global_worker.core_worker.get_current_runtime_env()  # type: ignore[attr-defined]
         chunk = _startup_concurrency()
         _request(address, job_id, env, keep_alive_s, min(wanted, chunk))
         if wanted > chunk:
             threading.Thread(target=_request_rest, args=(address, job_id, env, keep_alive_s, wanted - chunk, chunk),
                              name="actorflow prestart", daemon=True).start()
-        _waiting[key] = count
+        # Less a margin: the raylet ends them about then, and a job after it would find none.
+        _waiting[key] = (count, time.monotonic() + keep_alive_s * 0.9)
         return True
     except Exception as error:  # noqa: BLE001 - an optimisation: the next job starts its processes itself
         _log.debug("prestarting %d Ray workers failed: %s", count, error)
         return False
+
+
+def _known_actor_env(key: str) -> str | None:
+    """The actors' runtime environment exactly as they carry it, or they would not match; None
+    if no actor of this job has said it (it died first, or none was asked)."""
+    env = _actor_env.get(key)
+    if env is None or isinstance(env, str):
+        return env
+    try:
+        env = ray.get(env, timeout=5)
+    except Exception:  # noqa: BLE001 - the next job asks its own first actor
+        del _actor_env[key]
+        raise
+    _actor_env[key] = env
+    return env
 
 
 def _request(address: str, job_id: bytes, env: str, keep_alive_s: int, count: int) -> None:
@@ -158,7 +200,8 @@ def actors_started(count: int) -> None:
     """Note that a job started ``count`` actors, which took that many waiting workers if any."""
     if ray.is_initialized():
         key = _job_key(ray.get_runtime_context())
-        _waiting[key] = max(0, _waiting.get(key, 0) - count)
+        waiting, until = _waiting.get(key, (0, 0.0))
+        _waiting[key] = (max(0, waiting - count), until)
 
 
 def _job_key(context: Any) -> str:

@@ -1,6 +1,9 @@
-"""A job's actors start in worker processes that Ray prestarted when the job before it ended."""
+"""A job's actors start in worker processes that Ray prestarted when the job before it ended,
+whatever Ray tasks ran in between."""
 
 from __future__ import annotations
+
+import time
 
 import pyarrow as pa
 import pytest
@@ -45,21 +48,37 @@ def _started_since(known, at_least):
     return fresh if len(fresh) >= at_least else None
 
 
-def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray_session, monkeypatch):
+def _ray_tasks():
+    """Ray tasks of this driver, as a user's own code or actorflow's blocking calls run them."""
+    import ray
+
+    @ray.remote(num_cpus=0.01)
+    def nap(i):
+        time.sleep(0.05)
+        return i
+
+    assert ray.get([nap.remote(i) for i in range(20)]) == list(range(20))
+
+
+@pytest.mark.parametrize("between", ["nothing", "ray-tasks"])
+def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray_session, monkeypatch, between):
     # As in a new driver: no workers asked for yet (earlier tests' jobs may have left some waiting).
     monkeypatch.setattr(warm_workers, "_waiting", {})
     known = _worker_pids()
-    first = _run("warm-first")
+    first = _run(f"warm-first-{between}")
     assert first.output_rows == 200
-    known |= {a.pid for a in _actors("warm-first")}  # gone, or on their way out
+    known |= {a.pid for a in _actors(f"warm-first-{between}")}  # gone, or on their way out
     # Ray starts the processes in the background: wait until both are up, idle.
     poll(lambda: _started_since(known, 2), timeout_s=60)
     idle = _idle_worker_pids()
+    if between == "ray-tasks":
+        # Tasks take any idle worker whose runtime environment matches theirs: not the actors'.
+        _ray_tasks()
 
-    second = _run("warm-second")
+    second = _run(f"warm-second-{between}")
 
     assert second.output_rows == 200
-    actors = _actors("warm-second")
+    actors = _actors(f"warm-second-{between}")
     assert len(actors) == 2
     # Each actor ran in a process that existed, idle, before its job began: none waited for a new one.
     assert {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
