@@ -336,11 +336,16 @@ def _wait_for_idle_cpus(busy_below_percent: float = 15.0, timeout_s: float = 20.
     timed next, and the order of the systems would decide their figures. Some of it starts
     after a quiet moment: actorflow asks for the next job's workers once Spark has read the
     last result and run no job for a while (``arrow_io.SPARK_QUIET_S``), and the raylet then
-    starts them. One quiet half-second can fall before that; one and a half cannot.
+    starts them. One quiet half-second can fall before that; one and a half cannot. The run
+    before also left its garbage in this process (the rows it checked): collected here, or the
+    next run would pay for the collection that it triggers.
     """
+    import gc
+
     import psutil
 
     started = time.perf_counter()
+    gc.collect()
     quiet = 0
     while quiet < quiet_windows and time.perf_counter() - started < timeout_s:
         quiet = quiet + 1 if psutil.cpu_percent(interval=0.5) < busy_below_percent else 0
