@@ -25,8 +25,8 @@ JSON says which one ran). Measured in one run:
 
 Stage figures run from the first call's issue to the last call's completion; DataFrame figures
 from the input DataFrame to a materialised output DataFrame, checked row by row. Before each
-timed DataFrame run, the benchmark waits (``settled_s``) until the CPUs are idle, so that what
-the run before left in motion slows no one; and it converts the whole input to Arrow once
+timed DataFrame run, the benchmark collects the driver's garbage and waits (``settled_s``) until
+the CPUs have been idle for 1.5 s, so that what the run before left in motion slows no one; and it converts the whole input to Arrow once
 before the first, so that no system pays alone for the JVM's first large conversion. A
 DataFrame run's fixed cost is its ``seconds`` less its ``call_phase_s``. The last line printed
 is one JSON object.
