@@ -57,7 +57,8 @@ def _ray_tasks():
         time.sleep(0.05)
         return i
 
-    assert ray.get([nap.remote(i) for i in range(20)]) == list(range(20))
+    # As many at once as there are idle workers to take: each new task starts a process otherwise.
+    assert ray.get([nap.remote(i) for i in range(4)]) == list(range(4))
 
 
 @pytest.mark.parametrize("between", ["nothing", "ray-tasks"])
