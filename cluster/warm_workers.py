@@ -21,8 +21,8 @@ what Ray imports at its first deserialization, then collects garbage once and fr
 left. A prestarted worker has done so before the next job begins; otherwise each actor would, on the
 job's critical path. In a thread, so that a job that comes at once (its predecessor's workers
 still starting) finds them ready, and waits only for the modules it needs. The request for
-prestarted workers carries the job's runtime environment, which that hook is part of, so that
-they match the job's actors.
+prestarted workers carries the actors' runtime environment, of which that hook is part (it is
+the job's), so that they match the job's actors.
 
 Ray tasks would take those workers too: a task runs in any idle worker of its job whose runtime
 environment matches, and a worker that ran a task is no longer one for an actor (Ray ends it as
