@@ -57,7 +57,7 @@ def _ray_tasks():
         time.sleep(0.05)
         return i
 
-    # As many at once as there are idle workers to take: each new task starts a process otherwise.
+    # More at once than there are prestarted workers to take; each one beyond starts a process.
     assert ray.get([nap.remote(i) for i in range(4)]) == list(range(4))
 
 
