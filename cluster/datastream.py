@@ -129,8 +129,7 @@ class DataStream:
                 queue_capacity=queue_capacity,
             )
 
-        return self._with(OperatorNode(name, factory, self._parallelism(parallelism),
-                                       task_workers=max_tasks if kind == "blocking" else 0))
+        return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))
 
     def async_map_batch(
         self: S,
@@ -226,8 +225,7 @@ class DataStream:
                          checkpoint=CheckpointConfig(
                              checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
                              resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
-        # For the next job's actors, one per actor of this one, and for their Ray tasks.
-        prestart_workers(len(result.figures) + self._graph.worker_processes)
+        prestart_workers(len(result.figures))  # for the next job's actors, one per actor of this one
         return result
 
     async def execute_async(self, **options: Any) -> JobResult:
