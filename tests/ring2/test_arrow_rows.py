@@ -218,6 +218,37 @@ def test_timestamps_convert_to_exactly_what_pyarrow_gives(ticks, zone, unit):
     _assert_like_pyarrow(pa.chunked_array([column.slice(0, 3), column.slice(3)], column.type))
 
 
+_DATETIME_ZONES = [UTC, "UTC", "Etc/UTC", "Europe/Berlin", dt.timezone(dt.timedelta(hours=-8)), None]
+
+
+@given(
+    micros=st.lists(st.one_of(st.none(), st.integers(-10**16, 10**16)), min_size=1, max_size=30),
+    zones=st.lists(st.sampled_from(_DATETIME_ZONES), min_size=1, max_size=2),
+    declared=st.sampled_from([pa.timestamp("us", tz="UTC"), pa.timestamp("us")]),
+)
+@settings(max_examples=300, deadline=None)
+def test_datetimes_come_back_as_pyarrow_converts_them_in_any_zone(micros, zones, declared):
+    from zoneinfo import ZoneInfo
+
+    values = []
+    for i, m in enumerate(micros):
+        zone = zones[i % len(zones)]
+        moment = dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=m) if m is not None else None
+        if moment is not None:
+            moment = moment.replace(tzinfo=None) if zone is None else moment.astimezone(
+                ZoneInfo(zone) if isinstance(zone, str) else zone)
+        values.append(moment)
+    tracker = SchemaTracker(pa.schema([("t", declared)]))
+    try:
+        want = pa.array(values).cast(declared)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        with pytest.raises(SchemaError):
+            tracker.table([{"t": v} for v in values])
+        return
+    got = tracker.table([{"t": v} for v in values]).column("t")
+    assert got.type == declared and got.to_pylist() == want.to_pylist()
+
+
 @pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
 def test_timestamps_at_the_ends_of_the_range_behave_as_in_pyarrow(unit):
     per_s = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[unit]
