@@ -245,6 +245,7 @@ class OperatorActor:
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)
         self._run_task = loop.create_task(self._run())
+        self._buffered_at_tick = 0
         self._ticker = self._spawn(self._tick(), "the metrics and flush ticker")
         if self._reader is not None:
             self._read_task = self._spawn(self._read(self._reader), "reading the source")
@@ -621,13 +622,22 @@ class OperatorActor:
         beats = 0
         while True:
             await asyncio.sleep(self.spec.linger_ms / 1000)
-            executor.execute(self._output.flush, "flush output", deferrable=True)
+            executor.execute(self._flush_lingering, "flush output", deferrable=True)
             if self._armed is not None:
                 executor.execute(self._chaos_watch, "chaos", deferrable=True)
             beats += 1
             if beats * self.spec.linger_ms >= 1000:
                 beats = 0
                 self._exporter.export(self._figures())
+
+    def _flush_lingering(self) -> None:
+        # Rows for a downstream actor leave within a linger. The last stage's rows only move into
+        # its sink, where they wait for a block to fill anyway: while they keep coming they leave
+        # in whole batches, and on the tick only once they stop (a stalled or slow stream).
+        buffered = self._output.buffered
+        if self._local_sink is None or buffered == self._buffered_at_tick:
+            self._output.flush()
+        self._buffered_at_tick = self._output.buffered
 
     def _figures(self) -> dict[str, Any]:
         in_flight = 0

@@ -50,6 +50,8 @@ def test_drained_blocks_are_bounded_in_order_and_complete():
     blocks, held, block_bytes, left = asyncio.run(run())
     assert [u for b in blocks for u in b.column("user").to_pylist()] == list(range(100_000))
     assert len(blocks) > 10 and all(b.nbytes < 2 * block_bytes for b in blocks)
+    # Each block leaves as one chunk per column, whatever number of batches filled it.
+    assert {c.num_chunks for b in blocks for c in b.columns} == {1}
     # What the sink holds never exceeds the blocks it may keep waiting plus the one it fills.
     assert max(held) <= 4 * block_bytes
     assert left is None  # everything left through drain()
