@@ -332,14 +332,24 @@ SPARK_QUIET_S = 0.3
 def wait_for_spark_jobs(
     spark: SparkSession, timeout_s: float = SPARK_IDLE_WAIT_S, poll_s: float = 0.02, quiet_s: float = SPARK_QUIET_S,
 ) -> bool:
-    """Wait until ``spark`` has run no job for ``quiet_s``, at most ``timeout_s``; True if so."""
+    """Wait until ``spark`` has run no job for ``quiet_s``, at most ``timeout_s``; True if so.
+
+    Spark's status tracker learns of a job from its listener bus, which runs behind the
+    scheduler: on a busy driver, a job whose tasks had already read a cache could still be
+    unknown to it for a while. The scheduler's own set of active jobs has the job from its
+    submission, before any of its tasks runs, to its end; a job counts as running if either
+    knows of it.
+    """
     tracker = spark.sparkContext.statusTracker()
+    scheduler = _dag_scheduler(spark)
     now = time.monotonic()
     deadline = now + timeout_s
     idle_since: float | None = None
     while True:
         try:
             busy = bool(tracker.getActiveJobsIds())
+            if not busy and scheduler is not None:
+                busy = not scheduler.activeJobs().isEmpty()
         except Exception:  # noqa: BLE001 - a stopped session runs no job
             return True
         now = time.monotonic()
@@ -352,6 +362,16 @@ def wait_for_spark_jobs(
         if now >= deadline:
             return False
         time.sleep(poll_s)
+
+
+def _dag_scheduler(spark: SparkSession) -> Any:
+    """The JVM's ``DAGScheduler`` of ``spark``, or None where py4j cannot reach it."""
+    try:
+        scheduler = spark.sparkContext._jsc.sc().dagScheduler()
+        scheduler.activeJobs().isEmpty()
+        return scheduler
+    except Exception:  # noqa: BLE001 - the status tracker alone then
+        return None
 
 
 class _Held(NamedTuple):
