@@ -129,7 +129,8 @@ class DataStream:
                 queue_capacity=queue_capacity,
             )
 
-        return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))
+        return self._with(OperatorNode(name, factory, self._parallelism(parallelism),
+                                       task_workers=max_tasks if kind == "blocking" else 0))
 
     def async_map_batch(
         self: S,
@@ -225,7 +226,8 @@ class DataStream:
                          checkpoint=CheckpointConfig(
                              checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
                              resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
-        prestart_workers(len(result.figures))  # for the next job's actors, one per actor of this one
+        # For the next job's actors, one per actor of this one, and for their Ray tasks.
+        prestart_workers(len(result.figures) + self._graph.worker_processes)
         return result
 
     async def execute_async(self, **options: Any) -> JobResult:

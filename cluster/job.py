@@ -356,7 +356,8 @@ class _Attempt:
                 tasks.append(task_name(source.name, i, source.parallelism))
                 self.sources.append(handle)
             self.handles.extend(self.sources)
-        actors_started(len(self.handles))
+        # The actors' Ray tasks (blocking calls) inherit their runtime environment, and take such workers too.
+        actors_started(len(self.handles) + graph.worker_processes)
         learn_actor_env(self.stage_actors[0][0])
 
         # The processes start while the input is prepared (a Spark DataFrame's snapshot).

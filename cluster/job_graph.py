@@ -94,6 +94,7 @@ class OperatorNode:
     partitioning: str = "forward"  # how records reach this node from the one before
     key: Any = None  # with "hash": a column name, a tuple of them, or a function of the record
     side_tags: tuple[str, ...] = ()  # side outputs it writes (the late-data tag of a window)
+    task_workers: int = 0  # Ray tasks each instance keeps running (blocking calls): each takes a worker process
 
 
 @dataclass
@@ -127,6 +128,11 @@ class JobGraph:
     @property
     def side_tags(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(tag for node in self.nodes for tag in node.side_tags))
+
+    @property
+    def worker_processes(self) -> int:
+        """Worker processes the operators take besides the actors' own: their Ray tasks'."""
+        return sum(node.task_workers * node.parallelism for node in self.nodes)
 
     @property
     def routes_by_key(self) -> bool:

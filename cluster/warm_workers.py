@@ -32,6 +32,12 @@ leave the next job's actors to start cold. So the actors carry a runtime environ
 too: only an actor of actorflow matches them. Ray merges the two environments into a string the
 driver cannot see, so the job asks its first actor for it (``learn_actor_env``).
 
+The snapshot of a Spark DataFrame and the conversion of a job's output back to Spark run as Ray
+tasks of the driver, in the job's own runtime environment (``prestart_task_workers`` keeps
+``TASK_WORKERS`` of those warm): without them every ``enrich()`` of a DataFrame would wait for
+a new process for its second fetch task, Ray keeping only one idle worker of that environment
+between jobs.
+
 It is an optimisation only: where it cannot apply (Ray Client, a job-level runtime environment,
 whose workers a prestarted one would not match, or a raylet that refuses), nothing happens,
 and actors start as Ray starts them.
@@ -48,8 +54,8 @@ from typing import Any
 
 import ray
 
-__all__ = ["ACTOR_RUNTIME_ENV", "actors_started", "learn_actor_env", "prepare_worker",
-           "prestart_workers"]
+__all__ = ["ACTOR_RUNTIME_ENV", "TASK_WORKERS", "actors_started", "learn_actor_env", "prepare_worker",
+           "prestart_task_workers", "prestart_workers"]
 
 _log = logging.getLogger(__name__)
 
@@ -58,6 +64,13 @@ CHUNK_INTERVAL_S = 1.0  # about the time a worker process takes to start on a sm
 
 # The runtime environment of actorflow's actors: the job's, plus this variable.
 ACTOR_RUNTIME_ENV: dict[str, Any] = {"env_vars": {"ACTORFLOW_PROCESS": "actor"}}
+
+#: Workers kept warm for the driver's own tasks: a DataFrame's snapshot fetches with two at once
+#: (``spark_bridge.arrow_io``), and so does a large output's conversion.
+TASK_WORKERS = 2
+#: How long after a job its idle workers are counted: Ray ends those beyond what it keeps about
+#: a second after they idle.
+TASK_SETTLE_S = 2.0
 
 # Per Ray job of this driver: workers asked for that no actor has taken yet, as far as this
 # process knows, and when the last of them exits unused. The raylet starts as many as it is
@@ -109,6 +122,61 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
     except Exception as error:  # noqa: BLE001 - an optimisation: the next job starts its processes itself
         _log.debug("prestarting %d Ray workers failed: %s", count, error)
         return False
+
+
+def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_ALIVE_S,
+                          settle_s: float = TASK_SETTLE_S) -> threading.Thread | None:
+    """Have at least ``count`` idle Python workers for this driver's Ray tasks (its own runtime
+    environment) wait on the local node, from a background thread; None if that cannot apply.
+
+    Which idle worker a task takes is Ray's choice, so no count of requests says what is left;
+    the thread counts the idle workers themselves, once Ray has ended the ones it does not keep
+    (``settle_s``), and asks for the rest. So it never adds to what is already waiting.
+    """
+    if count <= 0 or not ray.is_initialized():
+        return None
+    try:
+        job = ray.get_runtime_context().get_job_id()
+        address = _raylet_address()
+        env = _driver_env()
+    except Exception as error:  # noqa: BLE001 - an optimisation only
+        _log.debug("prestarting Ray workers for tasks failed: %s", error)
+        return None
+    if address is None:
+        return None
+
+    def top_up() -> None:
+        time.sleep(settle_s)
+        try:
+            waiting = _idle_task_workers(job)
+            if waiting < count and ray.is_initialized():
+                _request(address, bytes.fromhex(job), env, keep_alive_s, min(count - waiting, _startup_concurrency()))
+        except Exception as error:  # noqa: BLE001 - as above
+            _log.debug("prestarting Ray workers for tasks failed: %s", error)
+
+    thread = threading.Thread(target=top_up, name="actorflow prestart tasks", daemon=True)
+    thread.start()
+    return thread
+
+
+def _idle_task_workers(job: str) -> int:
+    """Idle Python workers of Ray job ``job`` on this machine that a task of the driver can take:
+    not those prestarted for actors (``ACTOR_RUNTIME_ENV``)."""
+    import psutil
+
+    count = 0
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        cmdline, env = process.info["cmdline"], process.info["environ"]
+        if not cmdline or not env or not cmdline[0].startswith("ray::IDLE"):
+            continue
+        if env.get("RAY_JOB_ID") == job and env.get("ACTORFLOW_PROCESS") != "actor":
+            count += 1
+    return count
+
+
+def _driver_env() -> str:
+    """The runtime environment of this driver's tasks, as Ray serialised it: the job's."""
+    return ray._private.worker.global_worker.core_worker.get_current_runtime_env()  # type: ignore[attr-defined, no-any-return]
 
 
 def _known_actor_env(key: str) -> str | None:
@@ -197,7 +265,8 @@ def _startup_concurrency() -> int:
 
 
 def actors_started(count: int) -> None:
-    """Note that a job started ``count`` actors, which took that many waiting workers if any."""
+    """Note that a job started ``count`` actors (or Ray tasks from them, which carry their runtime
+    environment), which took that many waiting workers if any."""
     if ray.is_initialized():
         key = _job_key(ray.get_runtime_context())
         waiting, until = _waiting.get(key, (0, 0.0))

@@ -18,7 +18,7 @@ from actors.source_actor import event_time_ms
 from cluster.datastream import DataStream, check_event_time_settings
 from cluster.job import CheckpointConfig, JobResult, run_job
 from cluster.job_graph import JobGraph, SourceNode
-from cluster.warm_workers import prestart_workers
+from cluster.warm_workers import prestart_task_workers, prestart_workers
 from operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
 from operators.errors import ConfigurationError, JobFailedError, SchemaError
@@ -136,11 +136,16 @@ class SparkDataStream(DataStream):
             target = target_schema([t.schema for t in tables], lambda: [t.slice(0, 1).to_pylist()[0] for t in tables])
             del tables
         # Spark reads the output into its cache at the first action; then every block goes. Only
-        # then do the processes for the next job's actors start: the action would share the CPU.
+        # then do the processes for the next job's actors, and for the next snapshot's tasks,
+        # start: the action would share the CPU.
         result.finished, result.tables = None, []
-        actors = len(result.figures)
-        out = tables_to_dataframe(self._spark, refs, target, fill_missing=True,
-                                  on_read=lambda: prestart_workers(actors))
+        actors = len(result.figures) + self._graph.worker_processes
+
+        def prestart() -> None:
+            prestart_workers(actors)
+            prestart_task_workers()
+
+        out = tables_to_dataframe(self._spark, refs, target, fill_missing=True, on_read=prestart)
         del refs
         dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
         if dropped:

@@ -43,8 +43,18 @@ def _actors(job):
     return [a for i in range(2) for a in list_actors(filters=[("name", "=", f"{job}/echo[{i}/2]")], detail=True)]
 
 
+def _for_actors(pid):
+    """Whether the process carries the actors' runtime environment (not one for the driver's tasks)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).environ().get("ACTORFLOW_PROCESS") == "actor"
+    except psutil.Error:
+        return False
+
+
 def _started_since(known, at_least):
-    fresh = _idle_worker_pids() - known
+    fresh = {pid for pid in _idle_worker_pids() - known if _for_actors(pid)}
     return fresh if len(fresh) >= at_least else None
 
 
@@ -106,3 +116,28 @@ def test_a_new_worker_has_imported_what_the_actors_need_before_a_job_uses_it(ray
         poll(lambda: ray.get(probe.imported.remote()) == (everything, True) or None, timeout_s=30)
     finally:
         ray.kill(probe)
+
+
+def test_the_drivers_own_tasks_find_processes_prestarted_for_them_and_no_more_pile_up(ray_session):
+    # A DataFrame's snapshot and the output's conversion are Ray tasks of the driver, two at once.
+    import os
+
+    import ray
+
+    job = ray.get_runtime_context().get_job_id()
+    warm_workers.prestart_task_workers(2, settle_s=0).join()
+    poll(lambda: warm_workers._idle_task_workers(job) >= 2 or None, timeout_s=60)
+    waiting = warm_workers._idle_task_workers(job)
+    idle = _idle_worker_pids()
+
+    # Asked again while they wait: nothing more starts.
+    warm_workers.prestart_task_workers(2, settle_s=0).join()
+    time.sleep(3)
+    assert warm_workers._idle_task_workers(job) <= waiting
+
+    @ray.remote(num_cpus=0)
+    def pid():
+        time.sleep(0.5)  # both at once: neither can take the other's process after it
+        return os.getpid()
+
+    assert set(ray.get([pid.remote() for _ in range(2)])) <= idle
