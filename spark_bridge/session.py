@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from cluster.warm_workers import prestart_task_workers
 from operators.errors import ActorflowError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -183,6 +184,8 @@ def spark_session(
                 f"Spark on Ray did not start (app {app_name!r}, {num_executors} executor(s) of "
                 f"{executor_cores} core(s) and {executor_memory}): {error}"
             ) from error
+        # The first enrich() snapshots its DataFrame with two Ray tasks: their processes start now.
+        prestart_task_workers()
         return _session
 
 
