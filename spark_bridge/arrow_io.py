@@ -337,11 +337,14 @@ def wait_for_spark_jobs(
     Spark's status tracker learns of a job from its listener bus, which runs behind the
     scheduler: on a busy driver, a job whose tasks had already read a cache could still be
     unknown to it for a while. The scheduler's own set of active jobs has the job from its
-    submission, before any of its tasks runs, to its end; a job counts as running if either
-    knows of it.
+    submission, before any of its tasks runs, to its end. Between two jobs of one action
+    neither knows of any, for as long as the driver takes to plan the next one (seconds on a
+    busy machine): the action's SQL execution, which spans all its jobs, covers that gap. Spark
+    counts as busy while any of the three is.
     """
     tracker = spark.sparkContext.statusTracker()
     scheduler = _dag_scheduler(spark)
+    store = _sql_status_store(spark)
     now = time.monotonic()
     deadline = now + timeout_s
     idle_since: float | None = None
@@ -350,6 +353,8 @@ def wait_for_spark_jobs(
             busy = bool(tracker.getActiveJobsIds())
             if not busy and scheduler is not None:
                 busy = not scheduler.activeJobs().isEmpty()
+            if not busy and store is not None:
+                busy = _sql_execution_running(store)
         except Exception:  # noqa: BLE001 - a stopped session runs no job
             return True
         now = time.monotonic()
@@ -372,6 +377,27 @@ def _dag_scheduler(spark: SparkSession) -> Any:
         return scheduler
     except Exception:  # noqa: BLE001 - the status tracker alone then
         return None
+
+
+def _sql_status_store(spark: SparkSession) -> Any:
+    """The JVM's ``SQLAppStatusStore`` of ``spark``, or None where py4j cannot reach it."""
+    try:
+        store = spark._jsparkSession.sharedState().statusStore()
+        store.executionsCount()
+        return store
+    except Exception:  # noqa: BLE001 - jobs alone then
+        return None
+
+
+#: How many of the latest SQL executions ``wait_for_spark_jobs`` looks at: actions that threads
+#: of the driver run at the same time.
+_RECENT_EXECUTIONS = 4
+
+
+def _sql_execution_running(store: Any) -> bool:
+    count = store.executionsCount()
+    recent = store.executionsList(max(0, count - _RECENT_EXECUTIONS), min(count, _RECENT_EXECUTIONS))
+    return any(recent.apply(i).completionTime().isEmpty() for i in range(recent.size()))
 
 
 class _Held(NamedTuple):
