@@ -269,9 +269,7 @@ class SchemaTracker:
             array = _build_exact(name, column, rows, target)
         else:
             try:
-                array = None
-                if target is not None and pa.types.is_timestamp(target):
-                    array = _utc_datetimes(column)
+                array = _utc_datetimes(column) if target is not None and pa.types.is_timestamp(target) else None
                 if array is None:
                     array = pa.array(column)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as error:

@@ -343,8 +343,8 @@ def wait_for_spark_jobs(
     counts as busy while any of the three is.
     """
     tracker = spark.sparkContext.statusTracker()
-    scheduler = _dag_scheduler(spark)
-    store = _sql_status_store(spark)
+    scheduler = _reachable(lambda: spark.sparkContext._jsc.sc().dagScheduler(), lambda d: d.activeJobs().isEmpty())
+    store = _reachable(lambda: spark._jsparkSession.sharedState().statusStore(), lambda s: s.executionsCount())
     now = time.monotonic()
     deadline = now + timeout_s
     idle_since: float | None = None
@@ -369,23 +369,13 @@ def wait_for_spark_jobs(
         time.sleep(poll_s)
 
 
-def _dag_scheduler(spark: SparkSession) -> Any:
-    """The JVM's ``DAGScheduler`` of ``spark``, or None where py4j cannot reach it."""
+def _reachable(get: Callable[[], Any], probe: Callable[[Any], Any]) -> Any:
+    """``get()``, a JVM object, if py4j reaches it and ``probe`` of it answers; else None."""
     try:
-        scheduler = spark.sparkContext._jsc.sc().dagScheduler()
-        scheduler.activeJobs().isEmpty()
-        return scheduler
-    except Exception:  # noqa: BLE001 - the status tracker alone then
-        return None
-
-
-def _sql_status_store(spark: SparkSession) -> Any:
-    """The JVM's ``SQLAppStatusStore`` of ``spark``, or None where py4j cannot reach it."""
-    try:
-        store = spark._jsparkSession.sharedState().statusStore()
-        store.executionsCount()
-        return store
-    except Exception:  # noqa: BLE001 - jobs alone then
+        found = get()
+        probe(found)
+        return found
+    except Exception:  # noqa: BLE001 - the other signals alone then
         return None
 
 
