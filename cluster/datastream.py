@@ -32,7 +32,7 @@ from operators.retry import RetryStrategy
 from .job import CheckpointConfig, JobResult, run_job
 from .job_graph import JobGraph, OperatorNode, SourceNode
 from .windowed import KeyedStream
-from .warm_workers import prestart_workers
+from .warm_workers import prestart_workers, top_up_task_workers
 
 __all__ = ["DataStream", "from_arrow", "from_blocks"]
 
@@ -226,8 +226,10 @@ class DataStream:
                          checkpoint=CheckpointConfig(
                              checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
                              resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
-        # For the next job's actors, one per actor of this one, and for their Ray tasks.
+        # For the next job's actors, one per actor of this one, and for their Ray tasks; and for
+        # the driver's own tasks, if it has used them (the snapshot of the next DataFrame).
         prestart_workers(len(result.figures) + self._graph.worker_processes)
+        top_up_task_workers()
         return result
 
     async def execute_async(self, **options: Any) -> JobResult:

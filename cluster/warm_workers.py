@@ -12,7 +12,8 @@ call, which Ray 2.50's Python API does not expose yet.
 
 The raylet starts at most as many worker processes at once as it has CPUs (its
 ``maximum_startup_concurrency``) and drops what a request asks for beyond that. So the request
-goes out in chunks of that size, a second apart, from a background thread.
+goes out in chunks of that size from a background thread, each once the processes of the one
+before are up: on a busy machine a start takes two seconds or more.
 
 A local Ray started by ``spark_bridge.ensure_ray`` also has every new worker run
 ``prepare_worker`` as it starts (Ray's ``worker_process_setup_hook``): a thread imports the
@@ -36,7 +37,10 @@ The snapshot of a Spark DataFrame and the conversion of a job's output back to S
 tasks of the driver, in the job's own runtime environment (``prestart_task_workers`` keeps
 ``TASK_WORKERS`` of those warm): without them every ``enrich()`` of a DataFrame would wait for
 a new process for its second fetch task, Ray keeping only one idle worker of that environment
-between jobs.
+between jobs. A worker that ran a task is no longer kept for its own sake: Ray ends it as surplus
+when a job with many processes (blocking calls in Ray tasks) goes over the node's soft limit. So
+once a driver has asked for task workers, every job of it tops them up as it ends
+(``top_up_task_workers``), a job without Spark (``execute()``) too.
 
 It is an optimisation only: where it cannot apply (Ray Client, a job-level runtime environment,
 whose workers a prestarted one would not match, or a raylet that refuses), nothing happens,
@@ -55,12 +59,13 @@ from typing import Any
 import ray
 
 __all__ = ["ACTOR_RUNTIME_ENV", "TASK_WORKERS", "actors_started", "learn_actor_env", "prepare_worker",
-           "prestart_task_workers", "prestart_workers"]
+           "prestart_task_workers", "prestart_workers", "top_up_task_workers"]
 
 _log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 600
-CHUNK_INTERVAL_S = 1.0  # about the time a worker process takes to start on a small machine
+CHUNK_INTERVAL_S = 0.2  # the least time between two chunks of a request
+CHUNK_WAIT_S = 10.0  # the most time a chunk waits for the processes of the one before
 
 # The runtime environment of actorflow's actors: the job's, plus this variable.
 ACTOR_RUNTIME_ENV: dict[str, Any] = {"env_vars": {"ACTORFLOW_PROCESS": "actor"}}
@@ -76,6 +81,8 @@ TASK_SETTLE_S = 2.0
 # process knows, and when the last of them exits unused. The raylet starts as many as it is
 # asked for, so requests ask for the rest.
 _waiting: dict[str, tuple[int, float]] = {}
+# The Ray jobs of this driver that asked for workers for its tasks: each later job tops them up.
+_task_jobs: set[str] = set()
 # Per Ray job of this driver: the actors' runtime environment as Ray serialised it, or the
 # reference of an actor's answer while it is on its way.
 _actor_env: dict[str, Any] = {}
@@ -130,13 +137,17 @@ def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_AL
     environment) wait on the local node, from a background thread; None if that cannot apply.
 
     Which idle worker a task takes is Ray's choice, so no count of requests says what is left;
-    the thread counts the idle workers themselves, once Ray has ended the ones it does not keep
-    (``settle_s``), and asks for the rest. So it never adds to what is already waiting.
+    the thread counts the workers themselves, idle or still starting, and asks for the rest. So
+    it never adds to what is already waiting. It counts twice: at once, so that the processes
+    start while the caller's job winds down rather than as the next one begins, and again once
+    Ray has ended the ones it does not keep (``settle_s``).
     """
     if count <= 0 or not ray.is_initialized():
         return None
     try:
-        job = ray.get_runtime_context().get_job_id()
+        context = ray.get_runtime_context()
+        _task_jobs.add(_job_key(context))
+        job = context.get_job_id()
         address = _raylet_address()
         env = _driver_env()
     except Exception as error:  # noqa: BLE001 - an optimisation only
@@ -146,11 +157,12 @@ def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_AL
         return None
 
     def top_up() -> None:
-        time.sleep(settle_s)
         try:
-            waiting = _idle_task_workers(job)
-            if waiting < count and ray.is_initialized():
-                _request(address, bytes.fromhex(job), env, keep_alive_s, min(count - waiting, _startup_concurrency()))
+            for pause in (0.0, settle_s):
+                time.sleep(pause)
+                waiting = _idle_task_workers(job)
+                if waiting < count and ray.is_initialized():
+                    _request(address, bytes.fromhex(job), env, keep_alive_s, min(count - waiting, _startup_concurrency()))
         except Exception as error:  # noqa: BLE001 - as above
             _log.debug("prestarting Ray workers for tasks failed: %s", error)
 
@@ -159,17 +171,29 @@ def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_AL
     return thread
 
 
+def top_up_task_workers() -> threading.Thread | None:
+    """``prestart_task_workers()`` if this driver's Ray job has asked for them before; else None.
+
+    For the end of a job that needs no task workers itself: a session that uses Spark keeps them
+    warm through it, one that never did starts none.
+    """
+    if not ray.is_initialized() or _job_key(ray.get_runtime_context()) not in _task_jobs:
+        return None
+    return prestart_task_workers()
+
+
 def _idle_task_workers(job: str) -> int:
-    """Idle Python workers of Ray job ``job`` on this machine that a task of the driver can take:
-    not those prestarted for actors (``ACTOR_RUNTIME_ENV``)."""
+    """Python workers of Ray job ``job`` on this machine that a task of the driver can take, idle
+    or still starting: not those prestarted for actors (``ACTOR_RUNTIME_ENV``)."""
     import psutil
 
     count = 0
     for process in psutil.process_iter(["cmdline", "environ"]):
         cmdline, env = process.info["cmdline"], process.info["environ"]
-        if not cmdline or not env or not cmdline[0].startswith("ray::IDLE"):
+        if not cmdline or not env or env.get("RAY_JOB_ID") != job or env.get("ACTORFLOW_PROCESS") == "actor":
             continue
-        if env.get("RAY_JOB_ID") == job and env.get("ACTORFLOW_PROCESS") != "actor":
+        # One still setting up its runtime environment does not carry that environment yet.
+        if cmdline[0].startswith("ray::IDLE") or _starting(cmdline) == "default_worker.py":
             count += 1
     return count
 
@@ -217,12 +241,39 @@ def _request_rest(address: str, job_id: bytes, env: str, keep_alive_s: int, rest
     try:
         while rest > 0:
             time.sleep(CHUNK_INTERVAL_S)
+            deadline = time.monotonic() + CHUNK_WAIT_S
+            while _starting_workers(job_id.hex()) and time.monotonic() < deadline:
+                time.sleep(CHUNK_INTERVAL_S)
             if not ray.is_initialized():
                 return
             _request(address, job_id, env, keep_alive_s, min(rest, chunk))
             rest -= chunk
     except Exception as error:  # noqa: BLE001 - as above
         _log.debug("prestarting %d more Ray workers failed: %s", rest, error)
+
+
+def _starting_workers(job: str) -> int:
+    """Python worker processes of Ray job ``job`` on this machine that are not up yet."""
+    import psutil
+
+    count = 0
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        cmdline, env = process.info["cmdline"], process.info["environ"]
+        if cmdline and env and env.get("RAY_JOB_ID") == job and _starting(cmdline) is not None:
+            count += 1
+    return count
+
+
+def _starting(cmdline: list[str]) -> str | None:
+    """The script a worker process that is not up yet runs (``setup_worker.py``, which sets up
+    its runtime environment, then ``default_worker.py``); None for any other process.
+
+    A worker names itself ``ray::IDLE`` once it is up.
+    """
+    if cmdline[0].startswith("ray::"):
+        return None
+    return next((name for part in cmdline[:3] for name in ("setup_worker.py", "default_worker.py") if part.endswith(name)),
+                None)
 
 
 def prepare_worker() -> None:

@@ -141,3 +141,42 @@ def test_the_drivers_own_tasks_find_processes_prestarted_for_them_and_no_more_pi
         return os.getpid()
 
     assert set(ray.get([pid.remote() for _ in range(2)])) <= idle
+
+
+def test_a_job_without_spark_tops_up_the_drivers_task_workers_once_it_has_used_them(ray_session):
+    # A job whose blocking calls start many processes takes the node over Ray's soft limit, and
+    # Ray ends idle workers that ran a task: the driver's snapshot tasks would then start cold.
+    import psutil
+    import ray
+
+    job = ray.get_runtime_context().get_job_id()
+    warm_workers.prestart_task_workers(2, settle_s=0).join()  # as a Spark session asks
+    poll(lambda: warm_workers._idle_task_workers(job) >= 2 or None, timeout_s=60)
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        cmdline, env = process.info["cmdline"], process.info["environ"]
+        if cmdline and env and cmdline[0].startswith("ray::IDLE") and env.get("RAY_JOB_ID") == job \
+                and env.get("ACTORFLOW_PROCESS") != "actor":
+            process.kill()  # as Ray ends its surplus
+    poll(lambda: warm_workers._idle_task_workers(job) == 0 or None, timeout_s=30)
+
+    assert _run("warm-tasks-after-execute").output_rows == 200
+
+    poll(lambda: warm_workers._idle_task_workers(job) >= 2 or None, timeout_s=60)
+
+
+def test_a_request_for_more_workers_than_start_at_once_gets_them_all(ray_session, monkeypatch):
+    # The raylet starts as many at once as it has CPUs and drops the rest of a request: the
+    # chunks after the first wait for the processes of the one before, however slow they are.
+    import ray
+
+    monkeypatch.setattr(warm_workers, "_waiting", {})
+    assert _run("warm-many-learn").output_rows == 200  # the actors' environment, as a job learns it
+    job = ray.get_runtime_context().get_job_id()
+    poll(lambda: warm_workers._starting_workers(job) == 0 or None, timeout_s=60)
+    known = _idle_worker_pids()
+    wanted = 3 * warm_workers._startup_concurrency()
+    monkeypatch.setattr(warm_workers, "_waiting", {})
+
+    assert warm_workers.prestart_workers(wanted)
+
+    poll(lambda: _started_since(known, wanted), timeout_s=120)
