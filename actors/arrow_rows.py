@@ -377,10 +377,19 @@ def _as_from_python(column: pa.ChunkedArray | pa.Array) -> pa.Array:
         return array.cast(pa.float64())
     if pa.types.is_boolean(t) or t == pa.string() or t == pa.binary() or pa.types.is_null(t):
         return array
-    if pa.types.is_timestamp(t) and len(array):
-        # A datetime's type does not depend on its value: the first one's is everyone's.
-        return array.cast(pa.array(array.slice(0, 1).to_pylist()).type)
+    if pa.types.is_timestamp(t):
+        return array.cast(_python_timestamp_type(t))
     return pa.array(array.to_pylist())  # decimals and the rest: the type depends on the values
+
+
+@functools.cache
+def _python_timestamp_type(t: pa.TimestampType) -> pa.DataType:
+    """What Arrow infers for the datetimes a column of ``t`` gives as Python objects.
+
+    A datetime's type does not depend on its value, so any value of ``t`` tells. Once per type:
+    Arrow's inference from an aware datetime tries to import pytz each time.
+    """
+    return pa.array([pa.scalar(0, t).as_py()]).type
 
 
 def _has_map(data_type: pa.DataType) -> bool:

@@ -296,6 +296,9 @@ _WINDOW_OUTPUT = pa.table({
     "user": pa.array([3, 4, None], pa.int32()),
     "name": pa.array(["a", None, "c"], pa.large_string()),
     "window_start": pa.array([0, 60_000, 120_000], pa.timestamp("ms", tz="UTC")),
+    # An aggregate of a group with no value is null, the first row's too.
+    "first_seen": pa.array([None, 1_500, 7], pa.timestamp("s", tz="Europe/Berlin")),
+    "last_seen": pa.array([None, None, 1_000_000], pa.timestamp("us")),
     "n": pa.array([1, 2, 3], pa.int64()),
     "low": pa.array([1.5, None, -2.0], pa.float32()),
     "small": pa.array([1, 2, None], pa.uint8()),
