@@ -54,6 +54,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -185,17 +186,19 @@ def top_up_task_workers() -> threading.Thread | None:
 def _idle_task_workers(job: str) -> int:
     """Python workers of Ray job ``job`` on this machine that a task of the driver can take, idle
     or still starting: not those prestarted for actors (``ACTOR_RUNTIME_ENV``)."""
+    # One still setting up its runtime environment does not carry that environment yet.
+    return sum(1 for cmdline, env in _job_workers(job) if env.get("ACTORFLOW_PROCESS") != "actor"
+               and (cmdline[0].startswith("ray::IDLE") or _starting(cmdline) == "default_worker.py"))
+
+
+def _job_workers(job: str) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """The command line and environment of each process of Ray job ``job`` on this machine."""
     import psutil
 
-    count = 0
     for process in psutil.process_iter(["cmdline", "environ"]):
         cmdline, env = process.info["cmdline"], process.info["environ"]
-        if not cmdline or not env or env.get("RAY_JOB_ID") != job or env.get("ACTORFLOW_PROCESS") == "actor":
-            continue
-        # One still setting up its runtime environment does not carry that environment yet.
-        if cmdline[0].startswith("ray::IDLE") or _starting(cmdline) == "default_worker.py":
-            count += 1
-    return count
+        if cmdline and env and env.get("RAY_JOB_ID") == job:
+            yield cmdline, env
 
 
 def _driver_env() -> str:
@@ -254,14 +257,7 @@ def _request_rest(address: str, job_id: bytes, env: str, keep_alive_s: int, rest
 
 def _starting_workers(job: str) -> int:
     """Python worker processes of Ray job ``job`` on this machine that are not up yet."""
-    import psutil
-
-    count = 0
-    for process in psutil.process_iter(["cmdline", "environ"]):
-        cmdline, env = process.info["cmdline"], process.info["environ"]
-        if cmdline and env and env.get("RAY_JOB_ID") == job and _starting(cmdline) is not None:
-            count += 1
-    return count
+    return sum(1 for cmdline, _ in _job_workers(job) if _starting(cmdline) is not None)
 
 
 def _starting(cmdline: list[str]) -> str | None:

@@ -126,7 +126,9 @@ def test_the_drivers_own_tasks_find_processes_prestarted_for_them_and_no_more_pi
 
     job = ray.get_runtime_context().get_job_id()
     warm_workers.prestart_task_workers(2, settle_s=0).join()
-    poll(lambda: warm_workers._idle_task_workers(job) >= 2 or None, timeout_s=60)
+    # Counted as waiting from their start; Ray lists them once they are up.
+    poll(lambda: (warm_workers._idle_task_workers(job) >= 2 and not warm_workers._starting_workers(job)) or None,
+         timeout_s=60)
     waiting = warm_workers._idle_task_workers(job)
     idle = _idle_worker_pids()
 
