@@ -118,6 +118,12 @@ def test_a_new_worker_has_imported_what_the_actors_need_before_a_job_uses_it(ray
         ray.kill(probe)
 
 
+def _task_workers_up(job):
+    """Two workers for the driver's tasks, none still starting: they count as
+    waiting from their start, and Ray lists them only once they are up."""
+    return (warm_workers._idle_task_workers(job) >= 2 and not warm_workers._starting_workers(job)) or None
+
+
 def test_the_drivers_own_tasks_find_processes_prestarted_for_them_and_no_more_pile_up(ray_session):
     # A DataFrame's snapshot and the output's conversion are Ray tasks of the driver, two at once.
     import os
@@ -126,9 +132,7 @@ def test_the_drivers_own_tasks_find_processes_prestarted_for_them_and_no_more_pi
 
     job = ray.get_runtime_context().get_job_id()
     warm_workers.prestart_task_workers(2, settle_s=0).join()
-    # Counted as waiting from their start; Ray lists them once they are up.
-    poll(lambda: (warm_workers._idle_task_workers(job) >= 2 and not warm_workers._starting_workers(job)) or None,
-         timeout_s=60)
+    poll(lambda: _task_workers_up(job), timeout_s=60)
     waiting = warm_workers._idle_task_workers(job)
     idle = _idle_worker_pids()
 
@@ -153,7 +157,7 @@ def test_a_job_without_spark_tops_up_the_drivers_task_workers_once_it_has_used_t
 
     job = ray.get_runtime_context().get_job_id()
     warm_workers.prestart_task_workers(2, settle_s=0).join()  # as a Spark session asks
-    poll(lambda: warm_workers._idle_task_workers(job) >= 2 or None, timeout_s=60)
+    poll(lambda: _task_workers_up(job), timeout_s=60)
     for process in psutil.process_iter(["cmdline", "environ"]):
         cmdline, env = process.info["cmdline"], process.info["environ"]
         if cmdline and env and cmdline[0].startswith("ray::IDLE") and env.get("RAY_JOB_ID") == job \
