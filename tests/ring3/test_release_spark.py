@@ -132,7 +132,7 @@ def test_on_read_waits_for_the_first_action_that_reads_the_blocks(spark):
 def test_on_read_waits_for_the_action_that_read_the_blocks_to_end(spark):
     table = pa.table({"id": list(range(1_000))})
     read_at = []
-    df = tables_to_dataframe(spark, [table], table.schema, on_read=lambda: read_at.append(time.monotonic()))
+    df = tables_to_dataframe(spark, [table], table.schema, on_read=lambda: read_at.append(time.time()))
 
     def slow_tail(batches):
         rows = sum(len(b) for b in batches)  # the partition is read, and so in the cache
@@ -142,24 +142,28 @@ def test_on_read_waits_for_the_action_that_read_the_blocks_to_end(spark):
     # One Spark job: the first action of the result is one, usually.
     df.mapInPandas(slow_tail, "rows long").write.format("noop").mode("overwrite").save()
     # Not while the action still ran (the blocks were cached about 2 s before it ended).
-    _assert_on_read_came_after(read_at, time.monotonic())
+    _assert_on_read_came_after_the_last_job(spark, read_at)
     df.unpersist()
 
 
-def _assert_on_read_came_after(read_at: list[float], ended: float) -> None:
-    # ``ended`` is when the action returned here, which trails the end of its Spark job by the
-    # driver's own work, up to about a second on a busy 2-core machine; an on_read at the time
-    # the blocks were cached would come 2 s before it.
-    deadline = ended + 10
+def _assert_on_read_came_after_the_last_job(spark, read_at: list[float]) -> None:
+    # Spark's own record of when its last job ended, on the wall clock: the time the action
+    # returned here would add the driver's own work after the job, seconds on a busy machine.
+    deadline = time.monotonic() + 10
     while not read_at and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert read_at and read_at[0] >= ended - 1.0, f"on_read ran {ended - read_at[0]:.2f} s before the action ended"
+    assert read_at, "on_read never ran"
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    ends = [jobs.apply(i).completionTime() for i in range(jobs.size())]
+    ended = max(end.get().getTime() / 1000 for end in ends if end.isDefined())
+    # The store keeps milliseconds; an on_read at the time the blocks were cached comes 2 s early.
+    assert read_at[0] >= ended - 0.01, f"on_read ran {ended - read_at[0]:.2f} s before Spark's last job ended"
 
 
 def test_on_read_waits_through_a_pause_between_the_jobs_of_an_action(spark):
     table = pa.table({"id": list(range(1_000))})
     read_at = []
-    df = tables_to_dataframe(spark, [table], table.schema, on_read=lambda: read_at.append(time.monotonic()))
+    df = tables_to_dataframe(spark, [table], table.schema, on_read=lambda: read_at.append(time.time()))
 
     def slow(batches):
         for batch in batches:
@@ -170,7 +174,7 @@ def test_on_read_waits_through_a_pause_between_the_jobs_of_an_action(spark):
     assert df.count() == 1_000
     time.sleep(0.1)
     df.mapInPandas(slow, "id long").write.format("noop").mode("overwrite").save()
-    _assert_on_read_came_after(read_at, time.monotonic())
+    _assert_on_read_came_after_the_last_job(spark, read_at)
     df.unpersist()
 
 
