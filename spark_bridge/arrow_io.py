@@ -340,7 +340,8 @@ def wait_for_spark_jobs(
     submission, before any of its tasks runs, to its end. Between two jobs of one action
     neither knows of any, for as long as the driver takes to plan the next one (seconds on a
     busy machine): the action's SQL execution, which spans all its jobs, covers that gap. Spark
-    counts as busy while any of the three is.
+    counts as busy while any of the three is, and while py4j fails to read them from a session
+    that has not stopped.
     """
     tracker = spark.sparkContext.statusTracker()
     scheduler = _reachable(lambda: spark.sparkContext._jsc.sc().dagScheduler(), lambda d: d.activeJobs().isEmpty())
@@ -355,8 +356,10 @@ def wait_for_spark_jobs(
                 busy = not scheduler.activeJobs().isEmpty()
             if not busy and store is not None:
                 busy = _sql_execution_running(store)
-        except Exception:  # noqa: BLE001 - a stopped session runs no job
-            return True
+        except Exception:  # noqa: BLE001 - py4j failed: a stopped session runs no job; else unknown
+            if _stopped(spark):
+                return True
+            busy = True  # what cannot be read must not count as idle
         now = time.monotonic()
         if busy:
             idle_since = None
@@ -367,6 +370,13 @@ def wait_for_spark_jobs(
         if now >= deadline:
             return False
         time.sleep(poll_s)
+
+
+def _stopped(spark: SparkSession) -> bool:
+    try:
+        return bool(spark.sparkContext._jsc.sc().isStopped())
+    except Exception:  # noqa: BLE001 - no JVM to ask: nothing runs there
+        return True
 
 
 def _reachable(get: Callable[[], Any], probe: Callable[[Any], Any]) -> Any:
