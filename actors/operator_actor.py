@@ -128,6 +128,7 @@ class OperatorActor:
         self._batches_in = 0
         self._records_in = 0
         self._reader: BlockReader | None = None
+        self._connected = asyncio.Event()  # set once connect() has made the input gate
         self._clock = SystemClock()
         self._local_sink: LocalSink | None = None
         self._side_outputs: dict[str, list[Any]] = {}
@@ -187,8 +188,10 @@ class OperatorActor:
                     self._gate.file(channel, kind, payload)
             if reader is not None:
                 reader.restore(state["reader"])
+        self._connected.set()
 
     async def start(self) -> None:
+        await self._connected.wait()  # the job may ask for both at once
         loop = asyncio.get_running_loop()
         spec = self.spec
         self.processor = MailboxProcessor(self._default_action)
@@ -270,6 +273,8 @@ class OperatorActor:
         self._wake()
 
     async def push(self, channel: int, seq: int, items: list[tuple[str, Any]]) -> None:
+        if not self._connected.is_set():  # a peer that started first (see cluster.job's deploy)
+            await self._connected.wait()
         for kind, payload in items:
             if kind == "records":
                 process_pages.passed(payload.table.nbytes)  # a large batch came through the store

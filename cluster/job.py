@@ -368,6 +368,9 @@ class _Attempt:
             for actor, targets, reads, i in wiring
         ]
         connects += [handle.connect.remote(first, i, _reader(source, splits[i], i)) for i, handle in enumerate(self.sources)]
+        # Without a coordinator to configure in between, the actors start as soon as they are
+        # connected, without a round trip here: an item pushed to one not connected yet waits.
+        starts = [] if self.coordinator is not None else [a.start.remote() for actors in self.stage_actors for a in actors]
         ray.get(connects)
         if self.stream_output:
             for actor in self.stage_actors[-1]:
@@ -375,7 +378,8 @@ class _Attempt:
         if self.coordinator is not None:
             readers = first if reads_source else self.sources
             ray.get(self.coordinator.configure.remote(self.number, tasks, readers, self.handles))
-        ray.get([a.start.remote() for actors in self.stage_actors for a in actors])
+            starts = [a.start.remote() for actors in self.stage_actors for a in actors]
+        ray.get(starts)
         self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for actors in self.stage_actors for a in actors]
 
     def _drain(self, actor: Any) -> None:
@@ -404,25 +408,29 @@ class _Attempt:
         self, started: float, side_tags: tuple[str, ...], on_finish: Callable[..., Any] | None,
         output: Any = None,
     ) -> JobResult:
-        figures = ray.get(self.refs)
         last = self.stage_actors[-1]
-        side = {tag: [v for values in ray.get([a.take_side.remote(tag) for actors in self.stage_actors for a in actors])
-                      for v in values] for tag in side_tags}
+        # Every question to the actors goes out at once: one round trip, not one per question.
+        everyone = [a for actors in self.stage_actors for a in actors]
+        side_refs = {tag: [a.take_side.remote(tag) for a in everyone] for tag in side_tags}
+        stats_refs = [a.stats.remote() for a in last]
+        schema_refs = [a.output_schema.remote() for a in last] if output is None else []
+        # With a hook, the hook takes the output in its own form; the tables are not made too.
+        tables = [a.take_table.remote() for a in last] if output is None and on_finish is None else []
+        figures = ray.get(self.refs)
+        side = {tag: [v for values in ray.get(refs) for v in values] for tag, refs in side_refs.items()}
         finished = None
         if output is not None:  # a checkpointed job: the committed output, read from storage
             tables = [ray.put(t) for t in (output.read(i) for i in range(len(last)))]
             schemas = [t.schema if t is not None else None for t in ray.get(tables)]
         else:
-            # With a hook, the hook takes the output in its own form; the tables are not made too.
-            tables = [a.take_table.remote() for a in last] if on_finish is None else []
-            schemas = ray.get([a.output_schema.remote() for a in last])
+            schemas = ray.get(schema_refs)
             for thread in self._drains:  # the streams end with the actors' output
                 thread.join(60)
                 if thread.is_alive():
                     raise RuntimeError(f"{thread.name}: its stream of blocks did not end with the job")
             finished = on_finish(last, schemas, self.blocks) if on_finish is not None else None
             ray.wait(tables, num_returns=len(tables), fetch_local=False)
-        output_rows = sum(f["records_out"] for f in ray.get([a.stats.remote() for a in last]))
+        output_rows = sum(f["records_out"] for f in ray.get(stats_refs))
         if output is not None:
             output_rows = sum(t.num_rows for t in ray.get(tables) if t is not None)
         return JobResult(self.job, tables, schemas, side, self.graph.source.total_rows, output_rows,

@@ -84,6 +84,8 @@ TASK_SETTLE_S = 2.0
 _waiting: dict[str, tuple[int, float]] = {}
 # The Ray jobs of this driver that asked for workers for its tasks: each later job tops them up.
 _task_jobs: set[str] = set()
+# The address of each local node's raylet, by node ID.
+_raylets: dict[str, str] = {}
 # Per Ray job of this driver: the actors' runtime environment as Ray serialised it, or the
 # reference of an actor's answer while it is on its way.
 _actor_env: dict[str, Any] = {}
@@ -119,11 +121,9 @@ def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
         if env is None:
             return False
         job_id = bytes.fromhex(context.get_job_id())
-        chunk = _startup_concurrency()
-        _request(address, job_id, env, keep_alive_s, min(wanted, chunk))
-        if wanted > chunk:
-            threading.Thread(target=_request_rest, args=(address, job_id, env, keep_alive_s, wanted - chunk, chunk),
-                             name="actorflow prestart", daemon=True).start()
+        # The raylet's answer takes tens of ms: the job that asks ends without waiting for it.
+        threading.Thread(target=_request_chunks, args=(address, job_id, env, keep_alive_s, wanted),
+                         name="actorflow prestart", daemon=True).start()
         # Less a margin: the raylet ends them about then, and a job after it would find none.
         _waiting[key] = (count, time.monotonic() + keep_alive_s * 0.9)
         return True
@@ -240,8 +240,13 @@ def _request(address: str, job_id: bytes, env: str, keep_alive_s: int, count: in
         )
 
 
-def _request_rest(address: str, job_id: bytes, env: str, keep_alive_s: int, rest: int, chunk: int) -> None:
+def _request_chunks(address: str, job_id: bytes, env: str, keep_alive_s: int, count: int) -> None:
+    """Ask for ``count`` workers, as many at a time as the raylet starts at once, each chunk
+    once the processes of the one before are up."""
     try:
+        chunk = _startup_concurrency()
+        _request(address, job_id, env, keep_alive_s, min(count, chunk))
+        rest = count - chunk
         while rest > 0:
             time.sleep(CHUNK_INTERVAL_S)
             deadline = time.monotonic() + CHUNK_WAIT_S
@@ -251,8 +256,8 @@ def _request_rest(address: str, job_id: bytes, env: str, keep_alive_s: int, rest
                 return
             _request(address, job_id, env, keep_alive_s, min(rest, chunk))
             rest -= chunk
-    except Exception as error:  # noqa: BLE001 - as above
-        _log.debug("prestarting %d more Ray workers failed: %s", rest, error)
+    except Exception as error:  # noqa: BLE001 - an optimisation only
+        _log.debug("prestarting %d Ray workers failed: %s", count, error)
 
 
 def _starting_workers(job: str) -> int:
@@ -330,5 +335,9 @@ def _raylet_address() -> str | None:
     if ray.util.client.ray.is_connected():
         return None
     node_id = ray.get_runtime_context().get_node_id()
-    node = next((n for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]), None)
-    return None if node is None else f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
+    if node_id not in _raylets:  # a node keeps its address: one call to the GCS per node
+        node = next((n for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]), None)
+        if node is None:
+            return None
+        _raylets[node_id] = f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"
+    return _raylets[node_id]
