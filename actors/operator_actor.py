@@ -585,8 +585,11 @@ class OperatorActor:
             self._ended.add(channel)
             self._forward(self._valve.input_ended(channel))
             if len(self._ended) == self.spec.num_inputs:
-                if MIN_TIMESTAMP < self._current_watermark < MAX_WATERMARK:
+                if self._current_watermark < MAX_WATERMARK and (
+                        self._valve.has_event_time or self._current_watermark > MIN_TIMESTAMP):
                     # A bounded input ends event time, whatever its splits said: every window fires.
+                    # Also where the minimum never moved: an input that ended without a watermark
+                    # held the others' back until its end.
                     self._forward([Watermark(MAX_WATERMARK)])
                 self._finishing = True
                 chain.end_input()

@@ -294,6 +294,13 @@ class StatusWatermarkValve:
         self.current_watermark_ms = MIN_TIMESTAMP
         self.is_idle = False
 
+    @property
+    def has_event_time(self) -> bool:
+        """Whether any input has said a watermark, passed on or not: the records carry event
+        time, and the end of every input must end it (the output may never have moved, if
+        another input ended without a word)."""
+        return any(w > MIN_TIMESTAMP for w in self._watermarks)
+
     def input_watermark(self, channel: int, timestamp_ms: int) -> list[StreamElement]:
         """Input ``channel`` says its event time reached ``timestamp_ms``."""
         self._check(channel)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 import pytest
 
 from operators import ConfigurationError, ManualClock, Watermark, WatermarkStatus
+from operators.elements import MIN_TIMESTAMP
 from operators.watermarks import BoundedOutOfOrdernessWatermarks, StatusWatermarkValve, WatermarksWithIdleness
 
 IDLE, ACTIVE = WatermarkStatus(True), WatermarkStatus(False)
@@ -35,6 +36,19 @@ def test_generator_arguments_are_checked(bad):
         WatermarksWithIdleness(BoundedOutOfOrdernessWatermarks(0), bad if bad != -1 else 0, ManualClock())
     with pytest.raises(ConfigurationError):
         StatusWatermarkValve(0)
+
+
+def test_the_valve_knows_its_inputs_carry_event_time_even_when_none_got_through():
+    # Input 0 says 14,999 and ends; input 1 ends without a word: the minimum never moved, but the
+    # records of input 0 carry event time, and the end of input must end it.
+    valve = StatusWatermarkValve(2)
+    assert not valve.has_event_time
+    assert valve.input_watermark(0, 14_999) == []
+    assert valve.input_ended(0) == [] and valve.input_ended(1) == []
+    assert valve.current_watermark_ms == MIN_TIMESTAMP and valve.has_event_time
+    quiet = StatusWatermarkValve(2)
+    quiet.input_ended(0), quiet.input_ended(1)
+    assert not quiet.has_event_time
 
 
 def test_idleness_after_a_quiet_period_and_back():
