@@ -322,11 +322,13 @@ def ipc_blocks_to_dataframe(
     return df
 
 
-#: How long ``on_read`` waits for Spark's running jobs to end, at most.
-SPARK_IDLE_WAIT_S = 5.0
+#: How long ``on_read`` waits for Spark's running jobs to end, at most: the action that read the
+#: blocks may go on for long after (on a busy machine, its Python workers alone take seconds to
+#: start).
+SPARK_IDLE_WAIT_S = 60.0
 #: How long Spark must have run no job for ``on_read``: one action may run several jobs, with an
-#: instant between two of them when none runs.
-SPARK_QUIET_S = 0.3
+#: instant between two of them when none runs (on a busy driver, more than 0.3 s).
+SPARK_QUIET_S = 1.0
 
 
 def wait_for_spark_jobs(
@@ -443,11 +445,9 @@ class _HeldOutputs:
             return
         spark, on_read = entry.spark, entry.on_read
         del entry  # its blocks go now, whatever the hook waits for
-        try:
-            wait_for_spark_jobs(spark)
-            on_read()
-        except Exception:  # noqa: BLE001 - a hook must not stop the watcher
-            _log.exception("a hook on a result read by Spark failed")
+        # In a thread of its own: the wait may last as long as the user's action, and the
+        # watcher goes on freeing the blocks of other results meanwhile.
+        threading.Thread(target=_when_spark_is_idle, args=(spark, on_read), name="actorflow on_read", daemon=True).start()
 
     def release_all(self) -> None:
         with self._lock:
@@ -473,6 +473,14 @@ class _HeldOutputs:
             return bool(held.builder.isCachedColumnBuffersLoaded() or held.manager.lookupCachedData(held.jdf).isEmpty())
         except Exception:  # noqa: BLE001 - the Spark session stopped: nothing can read them now
             return True
+
+
+def _when_spark_is_idle(spark: SparkSession, on_read: Callable[[], Any]) -> None:
+    try:
+        wait_for_spark_jobs(spark)
+        on_read()
+    except Exception:  # noqa: BLE001 - a hook's failure is logged, not raised in a daemon thread
+        _log.exception("a hook on a result read by Spark failed")
 
 
 _held_outputs = _HeldOutputs()
