@@ -368,9 +368,11 @@ class _Attempt:
             for actor, targets, reads, i in wiring
         ]
         connects += [handle.connect.remote(first, i, _reader(source, splits[i], i)) for i, handle in enumerate(self.sources)]
-        # Without a coordinator to configure in between, the actors start as soon as they are
-        # connected, without a round trip here: an item pushed to one not connected yet waits.
-        starts = [] if self.coordinator is not None else [a.start.remote() for actors in self.stage_actors for a in actors]
+        operators = [a for actors in self.stage_actors for a in actors]
+        if self.coordinator is None:
+            # Nothing to configure in between: the actors start as soon as they are connected,
+            # without a round trip here (an item pushed to one not connected yet waits).
+            starts = [a.start.remote() for a in operators]
         ray.get(connects)
         if self.stream_output:
             for actor in self.stage_actors[-1]:
@@ -378,9 +380,9 @@ class _Attempt:
         if self.coordinator is not None:
             readers = first if reads_source else self.sources
             ray.get(self.coordinator.configure.remote(self.number, tasks, readers, self.handles))
-            starts = [a.start.remote() for actors in self.stage_actors for a in actors]
+            starts = [a.start.remote() for a in operators]
         ray.get(starts)
-        self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for actors in self.stage_actors for a in actors]
+        self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for a in operators]
 
     def _drain(self, actor: Any) -> None:
         blocks: list[Any] = []
