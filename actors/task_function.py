@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import tempfile
 import threading
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import ray
@@ -44,7 +47,7 @@ from operators.async_function import AsyncFunction, ResultFuture
 from operators.errors import ConfigurationError
 from operators.request_keys import call_in_request
 
-__all__ = ["RayTaskFunction", "run_calls"]
+__all__ = ["RayTaskFunction", "ran_tasks", "run_calls", "task_workers_dir"]
 
 # Outcomes that complete within this window of each other leave the worker in one yield.
 _COALESCE_S = 0.002
@@ -62,7 +65,27 @@ def _worker_pool() -> ThreadPoolExecutor:
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="actorflow-blocking")
+            _mark_task_worker()
         return _pool
+
+
+def task_workers_dir() -> Path:
+    """Where each worker process that ran blocking calls leaves a file named by its pid."""
+    return Path(tempfile.gettempdir()) / "actorflow-task-workers"
+
+
+def ran_tasks(pid: int) -> bool:
+    """Whether the worker process ``pid`` of this machine has run blocking calls: Ray does not
+    start an actor in such a process, while it looks as idle as a fresh one."""
+    return (task_workers_dir() / str(pid)).exists()
+
+
+def _mark_task_worker() -> None:
+    try:
+        task_workers_dir().mkdir(exist_ok=True)
+        (task_workers_dir() / str(os.getpid())).touch()
+    except OSError:  # the mark only saves processes: without it, more workers are prestarted
+        pass
 
 
 def run_calls(

@@ -31,7 +31,7 @@ from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode
 from .job_report import job_html, job_text
-from .warm_workers import ACTOR_RUNTIME_ENV, actors_started, learn_actor_env
+from .warm_workers import ACTOR_RUNTIME_ENV, learn_actor_env
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
@@ -356,8 +356,6 @@ class _Attempt:
                 tasks.append(task_name(source.name, i, source.parallelism))
                 self.sources.append(handle)
             self.handles.extend(self.sources)
-        # The actors' Ray tasks (blocking calls) inherit their runtime environment, and take such workers too.
-        actors_started(len(self.handles) + graph.worker_processes)
         learn_actor_env(self.stage_actors[0][0])
 
         # The processes start while the input is prepared (a Spark DataFrame's snapshot).

@@ -42,6 +42,15 @@ when a job with many processes (blocking calls in Ray tasks) goes over the node'
 once a driver has asked for task workers, every job of it tops them up as it ends
 (``top_up_task_workers``), a job without Spark (``execute()``) too.
 
+Neither request adds to what already waits: each counts the idle workers of its kind (idle or
+still starting) and asks for the rest, once at once and again once Ray has ended the ones it does
+not keep. A local Ray started by ``spark_bridge.ensure_ray`` keeps a worker that ran a task for a
+minute after (``spark_bridge.session.IDLE_WORKER_KEEP_MS``), where Ray ends it after a second:
+so the processes of one job's blocking calls serve the next job's, and only its actors'
+processes, which Ray never reuses, are new. On a machine of two cores a worker's start costs
+2-3 s of CPU; without this, a job of two instances of blocking calls would start six after it
+ends, its actors' two and its tasks' four.
+
 It is an optimisation only: where it cannot apply (Ray Client, a job-level runtime environment,
 whose workers a prestarted one would not match, or a raylet that refuses), nothing happens,
 and actors start as Ray starts them.
@@ -55,11 +64,12 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import ray
 
-__all__ = ["ACTOR_RUNTIME_ENV", "TASK_WORKERS", "actors_started", "learn_actor_env", "prepare_worker",
+__all__ = ["ACTOR_RUNTIME_ENV", "TASK_WORKERS", "learn_actor_env", "prepare_worker",
            "prestart_task_workers", "prestart_workers", "top_up_task_workers"]
 
 _log = logging.getLogger(__name__)
@@ -78,10 +88,6 @@ TASK_WORKERS = 2
 #: a second after they idle.
 TASK_SETTLE_S = 2.0
 
-# Per Ray job of this driver: workers asked for that no actor has taken yet, as far as this
-# process knows, and when the last of them exits unused. The raylet starts as many as it is
-# asked for, so requests ask for the rest.
-_waiting: dict[str, tuple[int, float]] = {}
 # The Ray jobs of this driver that asked for workers for its tasks: each later job tops them up.
 _task_jobs: set[str] = set()
 # The address of each local node's raylet, by node ID.
@@ -99,37 +105,40 @@ def learn_actor_env(actor: Any) -> None:
             _actor_env[key] = actor.actor_runtime_env.remote()
 
 
-def prestart_workers(count: int, keep_alive_s: int = KEEP_ALIVE_S) -> bool:
-    """Have ``count`` idle Python workers of this job wait on the local node; True if asked for.
+def prestart_workers(actors: int, tasks: int = 0, keep_alive_s: int = KEEP_ALIVE_S,
+                     settle_s: float = TASK_SETTLE_S) -> threading.Thread | None:
+    """Have idle Python workers of the actors' runtime environment wait on the local node for
+    the next job: ``actors`` for its actors, and ``tasks`` more for their Ray tasks (blocking
+    calls), from a background thread; None if that cannot apply.
 
-    Asks the raylet for those that earlier requests have not already provided. An idle
-    prestarted worker exits after ``keep_alive_s``.
+    Counts the workers of that environment that are idle or still starting, as
+    ``prestart_task_workers`` does for the driver's, and asks for the rest. A worker that ran
+    blocking calls serves tasks only (Ray starts no actor in it), so it counts for ``tasks``
+    alone: the workers of the last job's blocking calls, which a local Ray keeps for a while,
+    serve the next job's instead of new ones. An idle prestarted worker exits after ``keep_alive_s``.
     """
-    if count <= 0 or not ray.is_initialized():
-        return False
+    if actors + tasks <= 0 or not ray.is_initialized():
+        return None
     try:
         context = ray.get_runtime_context()
-        key = _job_key(context)
-        waiting, until = _waiting.get(key, (0, 0.0))
-        wanted = count - (waiting if time.monotonic() < until else 0)
-        if wanted <= 0:
-            return False
+        job = context.get_job_id()
         address = _raylet_address()
-        if address is None:
-            return False
-        env = _known_actor_env(key)
-        if env is None:
-            return False
-        job_id = bytes.fromhex(context.get_job_id())
-        # The raylet's answer takes tens of ms: the job that asks ends without waiting for it.
-        threading.Thread(target=_request_chunks, args=(address, job_id, env, keep_alive_s, wanted),
-                         name="actorflow prestart", daemon=True).start()
-        # Less a margin: the raylet ends them about then, and a job after it would find none.
-        _waiting[key] = (count, time.monotonic() + keep_alive_s * 0.9)
-        return True
+        env = None if address is None else _known_actor_env(_job_key(context))
     except Exception as error:  # noqa: BLE001 - an optimisation: the next job starts its processes itself
-        _log.debug("prestarting %d Ray workers failed: %s", count, error)
-        return False
+        _log.debug("prestarting Ray workers failed: %s", error)
+        return None
+    if address is None or env is None:
+        return None
+
+    def missing() -> int:
+        fresh, used = _actor_workers(job)
+        # Actors take fresh workers only; tasks take what the actors leave, and the used ones.
+        return max(0, actors - fresh, actors + tasks - fresh - used)
+
+    # The raylet's answer takes tens of ms, and the processes seconds: the job that asks ends
+    # without waiting for either.
+    return _top_up_in_thread("actorflow prestart", missing, settle_s,
+                             lambda wanted: _request_chunks(address, bytes.fromhex(job), env, keep_alive_s, wanted))
 
 
 def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_ALIVE_S,
@@ -157,17 +166,28 @@ def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_AL
     if address is None:
         return None
 
+    return _top_up_in_thread(
+        "actorflow prestart tasks", lambda: max(0, count - _idle_task_workers(job)), settle_s,
+        lambda wanted: _request(address, bytes.fromhex(job), env, keep_alive_s, min(wanted, _startup_concurrency())))
+
+
+def _top_up_in_thread(name: str, missing: Callable[[], int], settle_s: float,
+                      request: Callable[[int], Any]) -> threading.Thread:
+    """``request(missing())`` workers when any are missing, in a thread: at once, so that the
+    processes start while the caller's job winds down rather than as the next one begins, and
+    again once Ray has ended the ones it does not keep (``settle_s``)."""
+
     def top_up() -> None:
         try:
             for pause in (0.0, settle_s):
                 time.sleep(pause)
-                waiting = _idle_task_workers(job)
-                if waiting < count and ray.is_initialized():
-                    _request(address, bytes.fromhex(job), env, keep_alive_s, min(count - waiting, _startup_concurrency()))
-        except Exception as error:  # noqa: BLE001 - as above
-            _log.debug("prestarting Ray workers for tasks failed: %s", error)
+                wanted = missing()
+                if wanted > 0 and ray.is_initialized():
+                    request(wanted)
+        except Exception as error:  # noqa: BLE001 - an optimisation only
+            _log.debug("prestarting Ray workers failed: %s", error)
 
-    thread = threading.Thread(target=top_up, name="actorflow prestart tasks", daemon=True)
+    thread = threading.Thread(target=top_up, name=name, daemon=True)
     thread.start()
     return thread
 
@@ -185,20 +205,54 @@ def top_up_task_workers() -> threading.Thread | None:
 
 def _idle_task_workers(job: str) -> int:
     """Python workers of Ray job ``job`` on this machine that a task of the driver can take, idle
-    or still starting: not those prestarted for actors (``ACTOR_RUNTIME_ENV``)."""
+    or still starting: not those of the actors' runtime environment (``ACTOR_RUNTIME_ENV``)."""
+    return sum(1 for _, env, _ in _idle_workers(job) if env.get("ACTORFLOW_PROCESS") != "actor")
+
+
+def _actor_workers(job: str) -> tuple[int, int]:
+    """Idle or starting Python workers of Ray job ``job`` of the actors' runtime environment on
+    this machine: those that never ran blocking calls, and those that did."""
+    from actors.task_function import ran_tasks, task_workers_dir
+
+    fresh = used = 0
+    for _, env, pid in _idle_workers(job):
+        if env.get("ACTORFLOW_PROCESS") == "actor":
+            if ran_tasks(pid):
+                used += 1
+            else:
+                fresh += 1
+    _forget_gone_task_workers(task_workers_dir())
+    return fresh, used
+
+
+def _forget_gone_task_workers(directory: Path) -> None:
+    """Remove the marks of processes that are gone: a new process may get the same pid."""
+    import psutil
+
+    try:
+        for mark in directory.iterdir():
+            if mark.name.isdigit() and not psutil.pid_exists(int(mark.name)):
+                mark.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _idle_workers(job: str) -> Iterator[tuple[list[str], dict[str, str], int]]:
+    """The Python workers of Ray job ``job`` on this machine that are idle or still starting."""
     # One still setting up its runtime environment does not carry that environment yet.
-    return sum(1 for cmdline, env in _job_workers(job) if env.get("ACTORFLOW_PROCESS") != "actor"
-               and (cmdline[0].startswith("ray::IDLE") or _starting(cmdline) == "default_worker.py"))
+    for cmdline, env, pid in _job_workers(job):
+        if cmdline[0].startswith("ray::IDLE") or _starting(cmdline) == "default_worker.py":
+            yield cmdline, env, pid
 
 
-def _job_workers(job: str) -> Iterator[tuple[list[str], dict[str, str]]]:
-    """The command line and environment of each process of Ray job ``job`` on this machine."""
+def _job_workers(job: str) -> Iterator[tuple[list[str], dict[str, str], int]]:
+    """The command line, environment and pid of each process of Ray job ``job`` on this machine."""
     import psutil
 
     for process in psutil.process_iter(["cmdline", "environ"]):
         cmdline, env = process.info["cmdline"], process.info["environ"]
         if cmdline and env and env.get("RAY_JOB_ID") == job:
-            yield cmdline, env
+            yield cmdline, env, process.pid
 
 
 def _driver_env() -> str:
@@ -262,7 +316,7 @@ def _request_chunks(address: str, job_id: bytes, env: str, keep_alive_s: int, co
 
 def _starting_workers(job: str) -> int:
     """Python worker processes of Ray job ``job`` on this machine that are not up yet."""
-    return sum(1 for cmdline, _ in _job_workers(job) if _starting(cmdline) is not None)
+    return sum(1 for cmdline, _, _ in _job_workers(job) if _starting(cmdline) is not None)
 
 
 def _starting(cmdline: list[str]) -> str | None:
@@ -314,15 +368,6 @@ def _startup_concurrency() -> int:
     """How many worker processes the local raylet starts at once: its CPUs, at most the machine's."""
     cpus = int(ray.cluster_resources().get("CPU", 1)) if ray.is_initialized() else 1
     return max(1, min(os.cpu_count() or 1, cpus))
-
-
-def actors_started(count: int) -> None:
-    """Note that a job started ``count`` actors (or Ray tasks from them, which carry their runtime
-    environment), which took that many waiting workers if any."""
-    if ray.is_initialized():
-        key = _job_key(ray.get_runtime_context())
-        waiting, until = _waiting.get(key, (0, 0.0))
-        _waiting[key] = (max(0, waiting - count), until)
 
 
 def _job_key(context: Any) -> str:

@@ -71,6 +71,9 @@ _SUPPORTED_JAVA_MAJORS = (8, 11, 17)
 # RayDP's master shuts down its JVMs before it exits; this bounds the wait for it.
 _MASTER_STOP_TIMEOUT_S = 60.0
 
+#: How long a local Ray keeps an idle worker that ran a task, beyond those it always keeps.
+IDLE_WORKER_KEEP_MS = 60_000
+
 _lock = threading.RLock()
 _session: SparkSession | None = None
 
@@ -124,6 +127,10 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
         logging_level=logging.WARNING,
         # Worker prints (a user's function, an operator's warnings) should reach the notebook.
         log_to_driver=True,
+        # Ray ends an idle worker beyond its soft limit (one per CPU) a second after its last
+        # task; a local Ray keeps it for a minute, so that the next job's blocking calls take the
+        # processes of the last one's rather than start new ones (see cluster.warm_workers).
+        _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS} if address is None else None,
     )
 
 

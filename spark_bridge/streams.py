@@ -139,10 +139,10 @@ class SparkDataStream(DataStream):
         # then do the processes for the next job's actors, and for the next snapshot's tasks,
         # start: the action would share the CPU.
         result.finished, result.tables = None, []
-        actors = len(result.figures) + self._graph.worker_processes
+        actors, tasks = len(result.figures), self._graph.worker_processes
 
         def prestart() -> None:
-            prestart_workers(actors)
+            prestart_workers(actors, tasks)
             prestart_task_workers()
 
         out = tables_to_dataframe(self._spark, refs, target, fill_missing=True, on_read=prestart)

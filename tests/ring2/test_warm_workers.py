@@ -43,21 +43,6 @@ def _actors(job):
     return [a for i in range(2) for a in list_actors(filters=[("name", "=", f"{job}/echo[{i}/2]")], detail=True)]
 
 
-def _for_actors(pid):
-    """Whether the process carries the actors' runtime environment (not one for the driver's tasks)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).environ().get("ACTORFLOW_PROCESS") == "actor"
-    except psutil.Error:
-        return False
-
-
-def _started_since(known, at_least):
-    fresh = {pid for pid in _idle_worker_pids() - known if _for_actors(pid)}
-    return fresh if len(fresh) >= at_least else None
-
-
 def _ray_tasks():
     """Ray tasks of this driver, as a user's own code or actorflow's blocking calls run them."""
     import ray
@@ -71,16 +56,42 @@ def _ray_tasks():
     assert ray.get([nap.remote(i) for i in range(4)]) == list(range(4))
 
 
+def _waiting(job, *, for_actors):
+    """Idle or starting workers of ``job``: of the actors' runtime environment, or for the driver's tasks."""
+    return sum(warm_workers._actor_workers(job)) if for_actors else warm_workers._idle_task_workers(job)
+
+
+def _kill_idle_workers(job, *, for_actors):
+    """End the idle workers of ``job`` for actorflow's actors, or for the driver's tasks, as Ray
+    ends its surplus; return once none is left."""
+    import psutil
+
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        cmdline, env = process.info["cmdline"], process.info["environ"]
+        if cmdline and env and cmdline[0].startswith("ray::IDLE") and env.get("RAY_JOB_ID") == job \
+                and (env.get("ACTORFLOW_PROCESS") == "actor") == for_actors:
+            process.kill()
+    poll(lambda: _waiting(job, for_actors=for_actors) == 0 or None, timeout_s=30)
+
+
+def _workers_up(job, count, *, for_actors, fresh=0):
+    """At least ``count`` idle workers of the kind (``fresh`` of them never ran a task), and none
+    of the job still starting: they count as waiting from their start, and Ray lists them only
+    once they are up."""
+    enough = _waiting(job, for_actors=for_actors) >= count and warm_workers._actor_workers(job)[0] >= fresh
+    return (enough and not warm_workers._starting_workers(job)) or None
+
+
 @pytest.mark.parametrize("between", ["nothing", "ray-tasks"])
-def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray_session, monkeypatch, between):
-    # As in a new driver: no workers asked for yet (earlier tests' jobs may have left some waiting).
-    monkeypatch.setattr(warm_workers, "_waiting", {})
-    known = _worker_pids()
+def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray_session, between):
+    import ray
+
+    job = ray.get_runtime_context().get_job_id()
+    _kill_idle_workers(job, for_actors=True)  # as in a new driver: none waits for an actor yet
     first = _run(f"warm-first-{between}")
     assert first.output_rows == 200
-    known |= {a.pid for a in _actors(f"warm-first-{between}")}  # gone, or on their way out
     # Ray starts the processes in the background: wait until both are up, idle.
-    poll(lambda: _started_since(known, 2), timeout_s=60)
+    poll(lambda: _workers_up(job, 2, for_actors=True, fresh=2), timeout_s=60)
     idle = _idle_worker_pids()
     if between == "ray-tasks":
         # Tasks take any idle worker whose runtime environment matches theirs: not the actors'.
@@ -93,6 +104,35 @@ def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray
     assert len(actors) == 2
     # Each actor ran in a process that existed, idle, before its job began: none waited for a new one.
     assert {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
+
+
+def test_a_blocking_jobs_task_workers_serve_the_next_job_instead_of_new_processes(ray_session):
+    # A local Ray keeps a worker that ran a task for a while after (ensure_ray): the next job's
+    # blocking calls take it, and the prestart counts it rather than starting one more. Ray
+    # starts no actor in it, so the next job's actors still find fresh ones.
+    import ray
+
+    job = ray.get_runtime_context().get_job_id()
+    table = pa.table({"user": list(range(200))})
+
+    def run(name):
+        stream = from_arrow([table.slice(0, 100), table.slice(100)], parallelism=2, job_name=name).async_map(
+            lambda row: [row], name="blocking", capacity=4, max_tasks=2, parallelism=2)
+        assert stream.execute(progress=False).output_rows == 200
+
+    run("warm-blocking-first")
+    poll(lambda: _workers_up(job, 2 + 2 * 2, for_actors=True, fresh=2), timeout_s=120)
+    before = _worker_pids()
+
+    run("warm-blocking-second")
+    poll(lambda: _workers_up(job, 2 + 2 * 2, for_actors=True, fresh=2), timeout_s=120)
+    # The second job's actors took two of the waiting processes; the prestart replaced only those.
+    assert len(_worker_pids() - before) <= 2, _worker_pids() - before
+
+    idle = _idle_worker_pids()
+    assert _run("warm-after-blocking").output_rows == 200
+    actors = _actors("warm-after-blocking")
+    assert len(actors) == 2 and {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
 
 
 def test_a_new_worker_has_imported_what_the_actors_need_before_a_job_uses_it(ray_session):
@@ -118,12 +158,6 @@ def test_a_new_worker_has_imported_what_the_actors_need_before_a_job_uses_it(ray
         ray.kill(probe)
 
 
-def _task_workers_up(job):
-    """Two workers for the driver's tasks, none still starting: they count as
-    waiting from their start, and Ray lists them only once they are up."""
-    return (warm_workers._idle_task_workers(job) >= 2 and not warm_workers._starting_workers(job)) or None
-
-
 def test_the_drivers_own_tasks_find_processes_prestarted_for_them_and_no_more_pile_up(ray_session):
     # A DataFrame's snapshot and the output's conversion are Ray tasks of the driver, two at once.
     import os
@@ -132,14 +166,14 @@ def test_the_drivers_own_tasks_find_processes_prestarted_for_them_and_no_more_pi
 
     job = ray.get_runtime_context().get_job_id()
     warm_workers.prestart_task_workers(2, settle_s=0).join()
-    poll(lambda: _task_workers_up(job), timeout_s=60)
-    waiting = warm_workers._idle_task_workers(job)
+    poll(lambda: _workers_up(job, 2, for_actors=False), timeout_s=60)
+    waiting = _waiting(job, for_actors=False)
     idle = _idle_worker_pids()
 
     # Asked again while they wait: nothing more starts.
     warm_workers.prestart_task_workers(2, settle_s=0).join()
     time.sleep(3)
-    assert warm_workers._idle_task_workers(job) <= waiting
+    assert _waiting(job, for_actors=False) <= waiting
 
     @ray.remote(num_cpus=0)
     def pid():
@@ -152,37 +186,29 @@ def test_the_drivers_own_tasks_find_processes_prestarted_for_them_and_no_more_pi
 def test_a_job_without_spark_tops_up_the_drivers_task_workers_once_it_has_used_them(ray_session):
     # A job whose blocking calls start many processes takes the node over Ray's soft limit, and
     # Ray ends idle workers that ran a task: the driver's snapshot tasks would then start cold.
-    import psutil
     import ray
 
     job = ray.get_runtime_context().get_job_id()
     warm_workers.prestart_task_workers(2, settle_s=0).join()  # as a Spark session asks
-    poll(lambda: _task_workers_up(job), timeout_s=60)
-    for process in psutil.process_iter(["cmdline", "environ"]):
-        cmdline, env = process.info["cmdline"], process.info["environ"]
-        if cmdline and env and cmdline[0].startswith("ray::IDLE") and env.get("RAY_JOB_ID") == job \
-                and env.get("ACTORFLOW_PROCESS") != "actor":
-            process.kill()  # as Ray ends its surplus
-    poll(lambda: warm_workers._idle_task_workers(job) == 0 or None, timeout_s=30)
+    poll(lambda: _workers_up(job, 2, for_actors=False), timeout_s=60)
+    _kill_idle_workers(job, for_actors=False)
 
     assert _run("warm-tasks-after-execute").output_rows == 200
 
-    poll(lambda: warm_workers._idle_task_workers(job) >= 2 or None, timeout_s=60)
+    poll(lambda: _waiting(job, for_actors=False) >= 2 or None, timeout_s=60)
 
 
-def test_a_request_for_more_workers_than_start_at_once_gets_them_all(ray_session, monkeypatch):
+def test_a_request_for_more_workers_than_start_at_once_gets_them_all(ray_session):
     # The raylet starts as many at once as it has CPUs and drops the rest of a request: the
     # chunks after the first wait for the processes of the one before, however slow they are.
     import ray
 
-    monkeypatch.setattr(warm_workers, "_waiting", {})
     assert _run("warm-many-learn").output_rows == 200  # the actors' environment, as a job learns it
     job = ray.get_runtime_context().get_job_id()
     poll(lambda: warm_workers._starting_workers(job) == 0 or None, timeout_s=60)
-    known = _idle_worker_pids()
+    _kill_idle_workers(job, for_actors=True)
     wanted = 3 * warm_workers._startup_concurrency()
-    monkeypatch.setattr(warm_workers, "_waiting", {})
 
-    assert warm_workers.prestart_workers(wanted)
+    assert warm_workers.prestart_workers(wanted, settle_s=0) is not None
 
-    poll(lambda: _started_since(known, wanted), timeout_s=120)
+    poll(lambda: _workers_up(job, wanted, for_actors=True, fresh=wanted), timeout_s=120)
