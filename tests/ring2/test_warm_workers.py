@@ -66,12 +66,16 @@ def _kill_idle_workers(job, *, for_actors):
     ends its surplus; return once none is left."""
     import psutil
 
+    killed = set()
     for process in psutil.process_iter(["cmdline", "environ"]):
         cmdline, env = process.info["cmdline"], process.info["environ"]
         if cmdline and env and cmdline[0].startswith("ray::IDLE") and env.get("RAY_JOB_ID") == job \
                 and (env.get("ACTORFLOW_PROCESS") == "actor") == for_actors:
             process.kill()
+            killed.add(process.pid)
     poll(lambda: _waiting(job, for_actors=for_actors) == 0 or None, timeout_s=30)
+    # Until the raylet has seen them die, it may still hand one of them to the next actor.
+    poll(lambda: not killed & _worker_pids() or None, timeout_s=30)
 
 
 def _workers_up(job, count, *, for_actors, fresh=0):
