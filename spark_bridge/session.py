@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cluster.warm_workers import prestart_task_workers
 from operators.errors import ActorflowError, ConfigurationError
+from spark_bridge.console import drop_noise_from_ray_log_echo, stderr_of_children_filtered
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -178,14 +179,16 @@ def spark_session(
 
         import raydp
 
+        drop_noise_from_ray_log_echo()
         try:
-            _session = raydp.init_spark(
-                app_name=app_name,
-                num_executors=num_executors,
-                executor_cores=executor_cores,
-                executor_memory=executor_memory,
-                configs=_spark_configs(configs),
-            )
+            with stderr_of_children_filtered():  # Spark's driver JVM starts in here
+                _session = raydp.init_spark(
+                    app_name=app_name,
+                    num_executors=num_executors,
+                    executor_cores=executor_cores,
+                    executor_memory=executor_memory,
+                    configs=_spark_configs(configs),
+                )
         except Exception as error:
             raise SparkSessionError(
                 f"Spark on Ray did not start (app {app_name!r}, {num_executors} executor(s) of "

@@ -108,6 +108,10 @@ def test_a_dead_executor_and_a_stopped_session_fail_fast_instead_of_hanging():
     stopped = next((line for line in out.splitlines() if line.startswith("STOPPED:")), "")
     assert "a Spark session that was stopped" in stopped, done.why
     assert done.returncode == 0, done.why
+    # Spark's driver, RayDP's master and the executor each connected to Ray, and the console shows
+    # none of the native client's "no Cluster ID" lines, though it shows the lost executor.
+    assert "Cluster ID" not in done.stdout + done.stderr, done.why
+    assert "Lost executor 0" in done.stdout + done.stderr, done.why
 
 
 def test_executors_that_would_hold_every_cpu_are_refused_instead_of_hanging():
