@@ -47,7 +47,7 @@ from operators.async_function import AsyncFunction, ResultFuture
 from operators.errors import ConfigurationError
 from operators.request_keys import call_in_request
 
-__all__ = ["RayTaskFunction", "ran_tasks", "run_calls", "task_workers_dir"]
+__all__ = ["RayTaskFunction", "ran_tasks", "run_calls", "task_workers_dir", "worker_mark"]
 
 # Outcomes that complete within this window of each other leave the worker in one yield.
 _COALESCE_S = 0.002
@@ -70,21 +70,35 @@ def _worker_pool() -> ThreadPoolExecutor:
 
 
 def task_workers_dir() -> Path:
-    """Where each worker process that ran blocking calls leaves a file named by its pid."""
+    """Where each worker process that ran blocking calls leaves a file named by ``worker_mark``."""
     return Path(tempfile.gettempdir()) / "actorflow-task-workers"
 
 
-def ran_tasks(pid: int) -> bool:
-    """Whether the worker process ``pid`` of this machine has run blocking calls: Ray does not
-    start an actor in such a process, while it looks as idle as a fresh one."""
-    return (task_workers_dir() / str(pid)).exists()
+def worker_mark(pid: int, created: float) -> str:
+    """The name of the mark of process ``pid`` started at ``created`` (``psutil``'s create time).
+
+    A pid alone would not do: pids wrap around (at 32,768 on many machines, threads included),
+    and a new worker that got a dead one's pid would pass for a worker that ran blocking calls.
+
+    >>> worker_mark(4242, 1764262800.123456)
+    '4242-1764262800.12'
+    """
+    return f"{pid}-{created:.2f}"
+
+
+def ran_tasks(mark: str) -> bool:
+    """Whether the worker process of ``mark`` (``worker_mark``) has run blocking calls: Ray does
+    not start an actor in such a process, while it looks as idle as a fresh one."""
+    return (task_workers_dir() / mark).exists()
 
 
 def _mark_task_worker() -> None:
+    import psutil
+
     try:
         task_workers_dir().mkdir(exist_ok=True)
-        (task_workers_dir() / str(os.getpid())).touch()
-    except OSError:  # the mark only saves processes: without it, more workers are prestarted
+        (task_workers_dir() / worker_mark(os.getpid(), psutil.Process().create_time())).touch()
+    except (OSError, psutil.Error):  # the mark only saves processes: without it, more are prestarted
         pass
 
 

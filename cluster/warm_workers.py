@@ -215,9 +215,9 @@ def _actor_workers(job: str) -> tuple[int, int]:
     from actors.task_function import ran_tasks, task_workers_dir
 
     fresh = used = 0
-    for _, env, pid in _idle_workers(job):
+    for _, env, mark in _idle_workers(job):
         if env.get("ACTORFLOW_PROCESS") == "actor":
-            if ran_tasks(pid):
+            if ran_tasks(mark):
                 used += 1
             else:
                 fresh += 1
@@ -226,33 +226,44 @@ def _actor_workers(job: str) -> tuple[int, int]:
 
 
 def _forget_gone_task_workers(directory: Path) -> None:
-    """Remove the marks of processes that are gone: a new process may get the same pid."""
+    """Remove the marks of processes that are gone."""
     import psutil
+
+    from actors.task_function import worker_mark
 
     try:
-        for mark in directory.iterdir():
-            if mark.name.isdigit() and not psutil.pid_exists(int(mark.name)):
-                mark.unlink(missing_ok=True)
+        marks = list(directory.iterdir())
     except OSError:
-        pass
+        return
+    for mark in marks:
+        pid = mark.name.partition("-")[0]
+        try:
+            alive = pid.isdigit() and worker_mark(int(pid), psutil.Process(int(pid)).create_time()) == mark.name
+        except psutil.Error:
+            alive = False
+        if not alive:
+            mark.unlink(missing_ok=True)
 
 
-def _idle_workers(job: str) -> Iterator[tuple[list[str], dict[str, str], int]]:
+def _idle_workers(job: str) -> Iterator[tuple[list[str], dict[str, str], str]]:
     """The Python workers of Ray job ``job`` on this machine that are idle or still starting."""
     # One still setting up its runtime environment does not carry that environment yet.
-    for cmdline, env, pid in _job_workers(job):
+    for cmdline, env, mark in _job_workers(job):
         if cmdline[0].startswith("ray::IDLE") or _starting(cmdline) == "default_worker.py":
-            yield cmdline, env, pid
+            yield cmdline, env, mark
 
 
-def _job_workers(job: str) -> Iterator[tuple[list[str], dict[str, str], int]]:
-    """The command line, environment and pid of each process of Ray job ``job`` on this machine."""
+def _job_workers(job: str) -> Iterator[tuple[list[str], dict[str, str], str]]:
+    """The command line, environment and ``worker_mark`` of each process of Ray job ``job`` on
+    this machine."""
     import psutil
 
-    for process in psutil.process_iter(["cmdline", "environ"]):
+    from actors.task_function import worker_mark
+
+    for process in psutil.process_iter(["cmdline", "environ", "create_time"]):
         cmdline, env = process.info["cmdline"], process.info["environ"]
         if cmdline and env and env.get("RAY_JOB_ID") == job:
-            yield cmdline, env, process.pid
+            yield cmdline, env, worker_mark(process.pid, process.info["create_time"])
 
 
 def _driver_env() -> str:

@@ -216,3 +216,26 @@ def test_a_request_for_more_workers_than_start_at_once_gets_them_all(ray_session
     assert warm_workers.prestart_workers(wanted, settle_s=0) is not None
 
     poll(lambda: _workers_up(job, wanted, for_actors=True, fresh=wanted), timeout_s=120)
+
+
+def test_a_mark_of_a_dead_task_worker_does_not_pass_a_new_process_with_its_pid_for_used(tmp_path, monkeypatch):
+    # Pids wrap around (at 32,768 here, threads included): a worker that ran blocking calls and
+    # died leaves a mark that a new worker with the same pid must not inherit.
+    import os
+
+    import psutil
+
+    from actors import task_function
+
+    monkeypatch.setattr(task_function, "task_workers_dir", lambda: tmp_path)
+    this = task_function.worker_mark(os.getpid(), psutil.Process().create_time())
+    dead_with_this_pid = task_function.worker_mark(os.getpid(), psutil.Process().create_time() - 3600)
+    (tmp_path / dead_with_this_pid).touch()
+    (tmp_path / str(os.getpid())).touch()  # a mark of the pid alone, as an older version left
+
+    assert not task_function.ran_tasks(this)
+    task_function._mark_task_worker()
+    assert task_function.ran_tasks(this)
+
+    warm_workers._forget_gone_task_workers(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [this]
