@@ -128,3 +128,46 @@ def test_executors_that_would_hold_every_cpu_are_refused_instead_of_hanging():
     line = next((l for l in done.stdout.splitlines() if l.startswith("REFUSED:")), "")
     assert "would hold every CPU of the Ray cluster (2 executor core(s) of 2)" in line, done.why
     assert done.returncode == 0, done.why
+
+
+def test_a_child_forked_by_ray_leaves_the_parents_connections_to_the_jvm_open():
+    # ray.init() and on_spark_cluster() start Ray's processes with a preexec_fn, so the child runs
+    # Python's after-fork handling, and py4j's finalizers of other threads' connections with it.
+    # The same process checks the fork without the guard first, so the check can fail.
+    done = _run("""
+        import logging
+        import subprocess
+        from concurrent.futures import ThreadPoolExecutor
+        from pyspark.sql import SparkSession
+
+        resends = []
+        class Resends(logging.Handler):
+            def emit(self, record):
+                if "Exception while sending command" in record.getMessage():
+                    resends.append(record)
+        logging.getLogger().addHandler(Resends())
+        logging.getLogger().setLevel(logging.INFO)
+
+        spark = SparkSession.builder.master("local[1]").appName("fork").getOrCreate()
+        context = spark.sparkContext
+
+        def calls_around_a_fork():
+            with ThreadPoolExecutor(max_workers=1) as thread:  # one thread, one connection
+                thread.submit(context.getLocalProperty, "a").result()
+                subprocess.run(["true"], preexec_fn=lambda: None, check=True)
+                value = thread.submit(lambda: context.defaultParallelism).result()
+            return value
+
+        before = len(resends)
+        print("UNGUARDED:", calls_around_a_fork(), len(resends) - before)
+        from spark_bridge import fork_safety  # the package installs the guard on import
+        print("INSTALLED:", fork_safety.install())
+        before = len(resends)
+        print("GUARDED:", calls_around_a_fork(), len(resends) - before)
+        spark.stop()
+    """)
+    lines = {line.split(":")[0]: line.split(":", 1)[1].split() for line in done.stdout.splitlines() if ":" in line}
+    assert lines.get("UNGUARDED") == ["1", "1"], done.why  # py4j found its socket shut and sent again
+    assert lines.get("INSTALLED") == ["True"], done.why
+    assert lines.get("GUARDED") == ["1", "0"], done.why
+    assert done.returncode == 0, done.why
