@@ -224,8 +224,8 @@ def _warm_jvm(df: Any, rounds: int = WARM_ROUNDS) -> None:
     DataFrame jobs (RayDP's Arrow writer, the persist and first action of its output), and a
     timed run would pay for whatever its place in the order left uncompiled. Spark's JVM compiles
     its own Arrow writer on its first large conversion, about a second. So actorflow's path
-    (``enrich()`` of a function that calls nothing, the output materialised like the timed runs)
-    and Spark's ``mapInPandas`` (the identity) each run ``rounds`` times, untimed, in turns.
+    (``enrich()`` of a function that calls nothing) and Spark's ``mapInPandas`` (the identity)
+    each run ``rounds`` times, untimed, in turns, each output materialised like the timed runs'.
     Ray Data converts through RayDP's writer, which actorflow's rounds warm.
     """
     from spark_bridge import enrich
@@ -234,7 +234,7 @@ def _warm_jvm(df: Any, rounds: int = WARM_ROUNDS) -> None:
         out = enrich(df, _no_call, parallelism=P, capacity=1000, progress=False)
         assert not isinstance(out, tuple)  # no dead letters were asked for
         _materialize(out).unpersist()
-        df.mapInPandas(lambda batches: batches, df.schema).write.format("noop").mode("overwrite").save()
+        _materialize(df.mapInPandas(lambda batches: batches, df.schema)).unpersist()
     _wait_for_idle_cpus()  # the stage runs come next, and take no wait of their own
 
 
