@@ -13,6 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import ray
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors.keys import KeyRouter, stable_hash
 from cluster import from_arrow, from_blocks
@@ -61,6 +63,30 @@ def test_a_batch_split_by_key_column_routes_each_row_as_the_per_record_path(ray_
     for target, part in enumerate(parts):
         assert all(router.target(row, 3) == target for row in part.table.to_pylist())
     assert sum(p.num_rows for p in parts) == table.num_rows
+
+
+_KEY_COLUMNS = {
+    "string": st.one_of(st.none(), st.text(max_size=3)),
+    "int": st.one_of(st.none(), st.integers(-3, 3)),
+    "float": st.one_of(st.none(), st.floats(-2, 2).map(lambda f: round(f, 1)), st.just(float("nan")), st.just(-0.0)),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(_KEY_COLUMNS)).flatmap(
+    lambda kind: st.tuples(st.just(kind), st.lists(st.lists(_KEY_COLUMNS[kind], max_size=30), min_size=1, max_size=6))))
+def test_batch_after_batch_every_row_goes_where_its_key_alone_would(column):
+    from actors.arrow_rows import RowBatch
+
+    # One router for every batch: later batches find their keys among those seen, or add new ones.
+    kind, batches = column
+    arrow_type = {"string": pa.string(), "int": pa.int64(), "float": pa.float64()}[kind]
+    router = KeyRouter("k")
+    for keys in batches:
+        table = pa.table({"k": pa.array(keys, arrow_type), "n": list(range(len(keys)))})
+        parts = router.split(RowBatch(table, None), 3)
+        routed = sorted((row["n"], target) for target, part in enumerate(parts) for row in part.table.to_pylist())
+        assert routed == [(i, stable_hash(k) % 3) for i, k in enumerate(keys)]
 
 
 class _Collect:
