@@ -37,6 +37,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = [
     "PROFILES",
     "LOGNORMAL_SIGMA",
@@ -171,21 +173,13 @@ def schedule_rps(profile: str | LatencyProfile, n: int, capacity: int, instances
     """
     p = get_profile(profile)
     finish = 0.0
-    for share in _shares(n, instances):
+    for share in np.array_split(np.arange(n), instances):
         slots = [0.0] * min(capacity, len(share))
-        for record_id in share:
+        for record_id in share.tolist():
             free_at = heapq.heappop(slots)
             heapq.heappush(slots, free_at + p.latency_ms(record_id))
         finish = max(finish, max(slots, default=0.0))
     return n / finish * 1000.0 if finish else float("inf")
-
-
-def _shares(n: int, instances: int) -> list[range]:
-    size, extra = divmod(n, instances)
-    bounds = [0]
-    for i in range(instances):
-        bounds.append(bounds[-1] + size + (1 if i < extra else 0))
-    return [range(a, b) for a, b in zip(bounds, bounds[1:])]
 
 
 async def _trivial_request(record_id: int) -> int:
