@@ -306,6 +306,16 @@ def _connect(address: str | None, *, join_only: bool = False) -> None:
         raise _Usage(f"Ray did not start at {address!r}")
 
 
+def _has_dashboard() -> bool:
+    """Whether the connected cluster's dashboard (home of the State API) has noted its address.
+
+    Asked once: the State API client asks again every 2 s for 40 s before it gives up."""
+    from ray._private import ray_constants
+    from ray.experimental import internal_kv
+
+    return bool(internal_kv._internal_kv_get(ray_constants.DASHBOARD_ADDRESS, namespace=ray_constants.KV_NAMESPACE_DASHBOARD))
+
+
 def _status_table() -> str:
     import ray
     from ray.util.state import list_actors
@@ -314,6 +324,8 @@ def _status_table() -> str:
 
     gcs = ray.get_runtime_context().gcs_address
     try:
+        if not _has_dashboard():
+            raise ConnectionError("the cluster runs no dashboard")
         actors = list_actors(address=gcs, filters=[("ray_namespace", "=", NAMESPACE)], limit=10_000,
                              raise_on_missing_output=False)
         ours = sorted(((a.name, a.state) for a in actors if a.class_name == "OperatorActor" and a.state != "DEAD"))
