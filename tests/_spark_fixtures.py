@@ -24,9 +24,14 @@ __all__ = ["ray_session", "spark"]
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     """A local Ray for the whole run; shut down at the end only if this fixture started it."""
+    import os
+
     import ray
 
     started_here = not ray.is_initialized()
+    # Workers push their metrics to the node's exporter every 10 s by default; the metrics tests
+    # would wait that long for each value they check.
+    os.environ.setdefault("RAY_metrics_report_interval_ms", "1000")
     ensure_ray(num_cpus=None)
     yield
     if started_here:
