@@ -243,7 +243,7 @@ def test_a_kill_at_a_named_moment_loses_and_duplicates_nothing(ray_session, tmp_
 def test_a_kill_while_retries_wait_keeps_each_records_attempt_count(ray_session, tmp_path):
     n = 600
     stream = from_arrow(_clicks(n), parallelism=1, batch_size=50, job_name="chaos-retry").async_map(
-        _failing_always, capacity=30, retry=FixedDelay(3, 400), on_error="dead_letter")
+        _failing_always, capacity=60, retry=FixedDelay(3, 400), on_error="dead_letter")
     with ChaosMonkey("chaos-retry", every_s=1.0, max_kills=2, first_after_s=0.8, moment="retry_wait",
                      operator="async_map") as monkey:
         result = stream.execute(progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path))
