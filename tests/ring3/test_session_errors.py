@@ -78,13 +78,20 @@ def test_a_plain_spark_session_is_refused_with_what_to_do():
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.why
 
 
-def test_a_dead_executor_and_a_stopped_session_fail_fast_instead_of_hanging():
+def test_greedy_executors_are_refused_and_a_dead_executor_or_a_stopped_session_fails_fast():
+    # One process for the three cases (each driver process costs a Ray and a JVM start): the
+    # refused session must leave nothing behind that stops the next one from starting.
     done = _run("""
         import time
         import ray
-        from spark_bridge import enrich, spark_session, stop_spark
+        from spark_bridge import enrich, ensure_ray, spark_session, stop_spark
         from spark_bridge.session import SparkSessionError
 
+        ensure_ray(num_cpus=2)
+        try:
+            spark_session("greedy", num_executors=1, executor_cores=2)
+        except SparkSessionError as error:
+            print("REFUSED:", error)
         spark = spark_session("dead-executor", num_executors=1, executor_cores=1, executor_memory="512m")
         df = spark.range(20)
         print("BEFORE:", df.count())
@@ -102,6 +109,8 @@ def test_a_dead_executor_and_a_stopped_session_fail_fast_instead_of_hanging():
             print("STOPPED:", error)
     """)
     out = done.stdout
+    refused = next((line for line in out.splitlines() if line.startswith("REFUSED:")), "")
+    assert "would hold every CPU of the Ray cluster (2 executor core(s) of 2)" in refused, done.why
     assert "BEFORE: 20" in out, done.why
     dead = next((line for line in out.splitlines() if line.startswith("DEAD:")), "")
     assert "no live executor (raydp-executor-0 is DEAD)" in dead and "stop_spark()" in dead, done.why
@@ -112,22 +121,6 @@ def test_a_dead_executor_and_a_stopped_session_fail_fast_instead_of_hanging():
     # none of the native client's "no Cluster ID" lines, though it shows the lost executor.
     assert "Cluster ID" not in done.stdout + done.stderr, done.why
     assert "Lost executor 0" in done.stdout + done.stderr, done.why
-
-
-def test_executors_that_would_hold_every_cpu_are_refused_instead_of_hanging():
-    done = _run("""
-        from spark_bridge import ensure_ray, spark_session
-        from spark_bridge.session import SparkSessionError
-
-        ensure_ray(num_cpus=2)
-        try:
-            spark_session("greedy", num_executors=1, executor_cores=2)
-        except SparkSessionError as error:
-            print("REFUSED:", error)
-    """)
-    line = next((l for l in done.stdout.splitlines() if l.startswith("REFUSED:")), "")
-    assert "would hold every CPU of the Ray cluster (2 executor core(s) of 2)" in line, done.why
-    assert done.returncode == 0, done.why
 
 
 def test_a_child_forked_by_ray_leaves_the_parents_connections_to_the_jvm_open():
