@@ -33,6 +33,7 @@ import gc
 import os
 import pickle
 import functools
+import time
 from dataclasses import dataclass
 from collections.abc import AsyncIterator
 from typing import Any, Callable
@@ -138,6 +139,7 @@ class OperatorActor:
         self._backpressured_ms = 0  # time the output could not leave (the outbox was full)
         self._backpressured_since: int | None = None
         self._checkpoints_done = 0
+        self._cpu_at_start: tuple[float, float] | None = None  # (event-loop thread, process) CPU seconds
         # A full collection takes about 40 ms with Ray, pyarrow and pandas loaded: here it runs
         # while the driver prepares the input, not on the job's critical path in start(). In a
         # prepared worker (cluster.warm_workers) what the imports built is frozen already, and
@@ -239,6 +241,8 @@ class OperatorActor:
         if restored is not None:
             self._restore_actor_state(restored)
         self._chain.open()
+        # Called on the event loop's thread, as _figures always is (every caller is on the loop).
+        self._cpu_at_start = (time.thread_time(), time.process_time())
         self._exporter = OperatorMetricsExporter(spec.job, spec.name, f"{spec.index}/{spec.parallelism}")
         self._exporter.export(self._figures())
         # Records are mostly acyclic and freed by reference counting; what was built so far lives
@@ -681,5 +685,17 @@ class OperatorActor:
             "backpressured_ms": backpressured,
             "last_watermark_ms": self._last_watermark,
             "restarts": self.spec.attempt,
+            **self._cpu_figures(),
             **totals,
         }
+
+    def _cpu_figures(self) -> dict[str, float | None]:
+        """CPU time since start, in ms: the event loop's thread (the mailbox, the reader, ``async
+        def`` user code) and the whole process (also Ray's own threads: calls in and out, the
+        object store). Against the job's wall time they say whether an instance was busy, waited,
+        or paid for Ray. Only right on the loop's thread, where every caller of _figures runs."""
+        if self._cpu_at_start is None:
+            return {"event_loop_cpu_ms": None, "process_cpu_ms": None}
+        loop_s, process_s = self._cpu_at_start
+        return {"event_loop_cpu_ms": round((time.thread_time() - loop_s) * 1000, 1),
+                "process_cpu_ms": round((time.process_time() - process_s) * 1000, 1)}

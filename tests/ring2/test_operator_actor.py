@@ -281,3 +281,17 @@ def _stop(names):
         if actor is not None:
             ray.kill(actor)
 
+
+
+def test_each_instance_reports_the_cpu_of_its_event_loop_and_of_its_process(ray_session):
+    # Each record spins the thread it runs on for 20 ms of CPU: the event loop's, for an async def.
+    async def spin(row):
+        started = time.thread_time()
+        while time.thread_time() - started < 0.02:
+            pass
+        return [row]
+
+    result = from_arrow(_users(30, parts=1), parallelism=1).async_map(spin, capacity=4).execute(progress=False)
+    (figures,) = result.figures
+    assert figures["event_loop_cpu_ms"] >= 30 * 20, figures
+    assert figures["process_cpu_ms"] >= figures["event_loop_cpu_ms"], figures
