@@ -313,7 +313,11 @@ def _has_dashboard() -> bool:
     from ray._private import ray_constants
     from ray.experimental import internal_kv
 
-    return bool(internal_kv._internal_kv_get(ray_constants.DASHBOARD_ADDRESS, namespace=ray_constants.KV_NAMESPACE_DASHBOARD))
+    try:
+        address = internal_kv._internal_kv_get(ray_constants.DASHBOARD_ADDRESS, namespace=ray_constants.KV_NAMESPACE_DASHBOARD)
+    except Exception:  # noqa: BLE001 - a probe only: the State API client then tries, and says what is wrong
+        return True
+    return bool(address)
 
 
 def _status_table() -> str:
