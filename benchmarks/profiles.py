@@ -176,8 +176,7 @@ def schedule_rps(profile: str | LatencyProfile, n: int, capacity: int, instances
     for share in np.array_split(np.arange(n), instances):
         slots = [0.0] * min(capacity, len(share))
         for record_id in share.tolist():
-            free_at = heapq.heappop(slots)
-            heapq.heappush(slots, free_at + p.latency_ms(record_id))
+            heapq.heapreplace(slots, slots[0] + p.latency_ms(record_id))
         finish = max(finish, max(slots, default=0.0))
     return n / finish * 1000.0 if finish else float("inf")
 

@@ -198,9 +198,8 @@ def main(quick: bool, n_override: int | None) -> None:
             pandas_first, pandas_best = pandas_groupby(n)
             figures["pandas_first_rps"], figures["pandas_rps"] = round(pandas_first), round(pandas_best)
             print(f"{'pandas_rps':<28}{figures['pandas_rps']:>14,} events/s (first run {figures['pandas_first_rps']:,})", flush=True)
-            stage_runs: list[tuple[float, dict[str, Any]]] = []
-
             def best_stage() -> float:
+                stage_runs = []
                 for _ in range(3):
                     profile: dict[str, Any] = {}
                     stage_runs.append((actorflow_stage(tables, n, expected, per_record=False, profile=profile), profile))

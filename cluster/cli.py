@@ -326,14 +326,15 @@ def _status_table() -> str:
 
     from ray.util.state.exception import RayStateApiException
 
-    gcs = ray.get_runtime_context().gcs_address
-    try:
-        if not _has_dashboard():
-            raise ConnectionError("the cluster runs no dashboard")
-        actors = list_actors(address=gcs, filters=[("ray_namespace", "=", NAMESPACE)], limit=10_000,
-                             raise_on_missing_output=False)
-        ours = sorted(((a.name, a.state) for a in actors if a.class_name == "OperatorActor" and a.state != "DEAD"))
-    except (RayStateApiException, ConnectionError):
+    ours: list[tuple[str, str]] | None = None
+    if _has_dashboard():
+        try:
+            actors = list_actors(address=ray.get_runtime_context().gcs_address, filters=[("ray_namespace", "=", NAMESPACE)],
+                                 limit=10_000, raise_on_missing_output=False)
+            ours = sorted(((a.name, a.state) for a in actors if a.class_name == "OperatorActor" and a.state != "DEAD"))
+        except (RayStateApiException, ConnectionError):
+            pass
+    if ours is None:
         # A cluster started without its dashboard has no State API; its GCS still knows the
         # live named actors, though not their states.
         from cluster.chaos import live_instances
