@@ -56,6 +56,7 @@ from .naming import instance_name, task_name
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner, pre_aggregator
 from .processing_time import AsyncioProcessingTimeService
 from .source_actor import BlockReader, LocalChannel, route_items
+from .heap import keep_freed_memory
 from .store_pages import process_pages
 from .tracing_shims import bind_private_methods
 
@@ -107,6 +108,7 @@ class OperatorActor:
 
     def __init__(self, spec: ChainSpec) -> None:
         bind_private_methods(self)  # the mailbox calls some of them once per record
+        keep_freed_memory()
         self.spec = spec
         self.name = spec.instance_name
         self._chain = OperatorChain([factory() for factory in spec.operator_factories])

@@ -1,0 +1,54 @@
+"""Keep the C heap's freed memory in an actor's process, for its next batch to reuse.
+
+An operator actor allocates the same large buffers batch after batch: numpy arrays of a batch's
+event times and window starts, row lists of hundreds of KB. glibc's ``malloc`` serves a block
+above ``M_MMAP_THRESHOLD`` (128 KiB at first) with a fresh ``mmap`` and unmaps it when it is
+freed, and gives the top of its heap back to the kernel once more than ``M_TRIM_THRESHOLD`` is
+free there. Either way, the next batch's buffers are fresh pages, and each first touch of a page
+is a page fault, in which the kernel zeroes the page. On a virtual machine that returns its free
+pages to the host (free page reporting), that fault also waits for the host: measured here, the
+window stage's event loop spent from 12 to 160 ms of system time per million rows at batches of
+262,144 rows, varying run to run, with about 7,600 faults per instance.
+
+``keep_freed_memory()`` raises both thresholds, so that freed blocks stay in the heap and the
+next batch reuses them: about 3,000 faults per instance, and 0 to 30 ms of system time. The cost
+is memory the process keeps once it has used it: at most ``TRIM_THRESHOLD`` of freed heap, and
+blocks above ``MMAP_THRESHOLD`` are still returned at once.
+
+Only glibc has ``mallopt``; elsewhere nothing changes. Operator and source actors call it as
+they start.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import platform
+
+__all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory"]
+
+# mallopt's parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+#: Blocks above this still get an mmap of their own, returned when freed: 32 MiB, glibc's maximum
+#: for the dynamic threshold on 64-bit systems.
+MMAP_THRESHOLD = 32 << 20
+#: Free memory at the heap's top kept for reuse, at most.
+TRIM_THRESHOLD = 256 << 20
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Set the thresholds in this process (once); True if the C library took them."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    # Setting either turns off glibc's own adjustment of both: set both.
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
