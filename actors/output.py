@@ -25,8 +25,13 @@ PreAggregate = Callable[[pa.Table, pa.Array], "pa.Table | None"]
 
 def pre_aggregator(head_factory: Callable[[], Any] | None) -> PreAggregate | None:
     """The ``pre_aggregate`` of the operator ``head_factory`` makes, or None: what a batch may
-    become before a key split sends it to that operator's instances (a keyed window stage)."""
-    return None if head_factory is None else getattr(head_factory(), "pre_aggregate", None)
+    become before a key split sends it to that operator's instances (a keyed window stage).
+    None also where that operator never pre-aggregates (``pre_aggregates()`` says so)."""
+    if head_factory is None:
+        return None
+    head = head_factory()
+    function = getattr(head, "pre_aggregate", None)
+    return function if function is not None and head.pre_aggregates() else None
 
 
 def partials_of(pre_aggregate: PreAggregate | None, batch: RowBatch) -> pa.Table | None:

@@ -24,8 +24,9 @@ from operators.elements import WatermarkStatus
 from operators.errors import SchemaError
 from operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness
 
-from .arrow_rows import RowBatch
+from .arrow_rows import RowBatch, is_bare
 from .channel import ChannelSender
+from .heap import keep_freed_memory
 from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
 from .output import PreAggregate, partials_of, pre_aggregator
@@ -92,6 +93,10 @@ class BlockReader:
         self.rows_read = 0
         self.ended = False
         self._watermarks: Any = None
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
 
     def state(self) -> dict[str, Any]:
         """Where the reader is, for a checkpoint: the position, the rows read, and the
@@ -199,8 +204,15 @@ async def route_items(
     one item go out, so that a checkpoint barrier only ever comes between two items.
 
     With ``pre_aggregate`` (the receiving window operator's), a batch it can pre-aggregate goes
-    as ``("partials", (table, batch rows))`` items, a row per key and window, split by key."""
+    as ``("partials", (table, batch rows))`` items, a row per key and window, split by key. A
+    reader's batch ends where a piece of its input ends: consecutive batches of small pieces
+    (blocks of fewer than ``batch_size`` rows) are pre-aggregated together, up to ``batch_size``
+    rows, and the last watermark among them follows their partials, as if the pieces were one.
+    The window stage's work is per batch, and its cost per row falls as batches grow. Until
+    those partials leave, ``between_items`` stays clear: a checkpoint's position never passes
+    rows that have not gone out."""
     turn = 0
+    held = _HeldBatches(reader.batch_size) if router is not None and pre_aggregate is not None else None
     async for kind, payload in reader.items():
         if kind == "records" and router is None:
             # A barrier may overtake a batch that waits for credit: it has no number yet.
@@ -208,23 +220,93 @@ async def route_items(
             turn = (turn + 1) % len(senders)
             continue
         between_items.clear()
+        if held is not None:
+            if held.take(kind, payload):
+                continue
+            await _send_held(held, senders, router, pre_aggregate)
+            if held.take(kind, payload):
+                continue
         if kind == "records":
             assert router is not None
-            partials = partials_of(pre_aggregate, payload)
-            batch = payload if partials is None else RowBatch(partials, None)
-            for sender, part in zip(senders, router.split(batch, len(senders))):
-                if not part.num_rows:
-                    continue
-                if partials is None:
-                    await sender.send(kind, part)
-                else:
-                    await sender.send("partials", (part.table, payload.num_rows))
+            await _send_batch(payload, senders, router, pre_aggregate)
         else:
             for sender in senders:
                 await sender.send(kind, payload)
         between_items.set()
     for sender in senders:
         await sender.flush()
+
+
+class _HeldBatches:
+    """Consecutive items of a reader, batches and the watermarks between them, waiting for their
+    batches to be pre-aggregated together."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self.items: list[tuple[str, Any]] = []
+        self.rows = 0
+
+    def take(self, kind: str, payload: Any) -> bool:
+        """Hold the item if it may join those held: a batch shorter than ``batch_size`` (cut where
+        its piece ended) with event time, of plain columns and the same schema, while they stay
+        within ``batch_size`` rows; or a watermark after one. False if the held ones must go
+        first, or the item need not wait: a whole batch is never held, so between whole batches
+        a checkpoint is not kept waiting."""
+        if kind == "watermark":
+            if not self.items:
+                return False
+        elif kind != "records" or payload.timestamps is None or is_bare(payload.table) or (
+                payload.num_rows >= self.batch_size or self.rows + payload.num_rows > self.batch_size):
+            return False
+        elif self.items and payload.table.schema != self.items[0][1].table.schema:
+            return False
+        else:
+            self.rows += payload.num_rows
+        self.items.append((kind, payload))
+        return True
+
+    def release(self) -> list[tuple[str, Any]]:
+        items, self.items, self.rows = self.items, [], 0
+        return items
+
+
+async def _send_held(
+    held: _HeldBatches, senders: list[Any], router: KeyRouter | None, pre_aggregate: PreAggregate | None,
+) -> None:
+    items = held.release()
+    batches = [payload for kind, payload in items if kind == "records"]
+    if len(batches) > 1:
+        whole = RowBatch(pa.concat_tables([b.table for b in batches]),
+                         pa.concat_arrays([b.timestamps for b in batches]))
+        partials = partials_of(pre_aggregate, whole)
+        if partials is not None:
+            await _send_partials(partials, whole.num_rows, senders, router)
+            # Watermarks never go back: the last one says all the others did.
+            items = [item for item in items if item[0] == "watermark"][-1:]
+    # Else the items as they came: rows the operator must see one by one (with their origins),
+    # each batch before the watermark that followed it.
+    for kind, payload in items:
+        if kind == "records":
+            await _send_batch(payload, senders, router, pre_aggregate)
+        else:
+            for sender in senders:
+                await sender.send(kind, payload)
+
+
+async def _send_batch(batch: RowBatch, senders: list[Any], router: Any, pre_aggregate: PreAggregate | None) -> None:
+    partials = partials_of(pre_aggregate, batch)
+    if partials is not None:
+        await _send_partials(partials, batch.num_rows, senders, router)
+        return
+    for sender, part in zip(senders, router.split(batch, len(senders))):
+        if part.num_rows:
+            await sender.send("records", part)
+
+
+async def _send_partials(partials: pa.Table, rows: int, senders: list[Any], router: Any) -> None:
+    for sender, part in zip(senders, router.split(RowBatch(partials, None), len(senders))):
+        if part.num_rows:
+            await sender.send("partials", (part.table, rows))
 
 
 def _item(element: Any) -> tuple[str, Any]:
@@ -250,6 +332,7 @@ class SourceActor:
         key: KeyRouter | Any = None, checkpoints: Any = None, coordinator: Any = None, attempt: int = 0,
         restore: int | None = None, head: Callable[[], Any] | None = None,
     ) -> None:
+        keep_freed_memory()
         self.name = instance_name(job, name, index, parallelism, attempt)
         self.task = task_name(name, index, parallelism)
         self._reader: BlockReader | None = None

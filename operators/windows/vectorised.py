@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .window_operator import WindowOperator
 
 __all__ = [
-    "move_panes_to_dict", "partial_aggregates", "process_batch", "process_partials", "process_timestamped_batch",
+    "move_panes_to_dict", "partial_aggregates", "pre_aggregates", "process_batch", "process_partials", "process_timestamped_batch",
     "why_not_vectorised",
 ]
 
@@ -189,14 +189,21 @@ def _newest_starts(ts: Any, slide: int, offset: int) -> pa.Array:
     return pa.array(values - np.mod(values - offset, slide))
 
 
+def pre_aggregates(op: "WindowOperator") -> bool:
+    """Whether ``partial_aggregates`` may give partials for ``op`` at all, whatever the batch.
+
+    Tumbling windows only: a row late for its one window is late, and is dropped and counted
+    (nothing fires on a late row without allowed lateness, no side output needs it), so a
+    partial late at the window operator is as exact as its rows.
+    """
+    return (type(op.assigner) is TumblingEventTimeWindows and op.allowed_lateness_ms == 0 and op.late_data_tag is None
+            and why_not_vectorised(op) is None)
+
+
 def _can_pre_aggregate(op: "WindowOperator", table: pa.Table, ts: Any) -> bool:
-    # Tumbling windows only: a row late for its one window is late, and is dropped and counted
-    # (nothing fires on a late row without allowed lateness, no side output needs it), so a
-    # partial late at the window operator is as exact as its rows.
     return (
-        type(op.assigner) is TumblingEventTimeWindows and op.allowed_lateness_ms == 0 and op.late_data_tag is None
-        and table.num_rows > 0 and ts.null_count == 0 and why_not_vectorised(op, table.schema) is None
-        and _in_safe_range(ts, op.assigner.size_ms)
+        pre_aggregates(op) and table.num_rows > 0 and ts.null_count == 0 and why_not_vectorised(op, table.schema) is None
+        and _in_safe_range(ts, op.assigner.size_ms)  # type: ignore[attr-defined]  # tumbling
     )
 
 

@@ -265,6 +265,13 @@ class WindowOperator(StreamOperator):
 
         process_timestamped_batch(self, table, timestamps_ms)
 
+    def pre_aggregates(self) -> bool:
+        """Whether ``pre_aggregate`` may give partials at all (built-in aggregations of tumbling
+        windows, no allowed lateness, no late-data side output); if not, it always gives None."""
+        from .vectorised import pre_aggregates
+
+        return pre_aggregates(self)
+
     def pre_aggregate(self, table: Any, timestamps_ms: Any) -> Any:
         """The partial aggregates of ``table`` per key and window, for an instance of this operator
         that splits the table by key before it; None where the rows themselves must go."""

@@ -102,13 +102,13 @@ class _Collect:
         return None
 
 
-def _route(window_operator, table: pa.Table, batch_size: int) -> list[_Collect]:
+def _route(window_operator, table: pa.Table | list[pa.Table], batch_size: int) -> list[_Collect]:
     import asyncio
 
     from actors.source_actor import BlockReader, route_items
 
     senders = [_Collect(), _Collect()]
-    reader = BlockReader([table], batch_size=batch_size, timestamp_column="ts")
+    reader = BlockReader(table if isinstance(table, list) else [table], batch_size=batch_size, timestamp_column="ts")
     between = asyncio.Event()
     asyncio.run(route_items(reader, senders, KeyRouter("k"), between, window_operator.pre_aggregate))
     return senders
@@ -134,6 +134,87 @@ def test_a_keyed_read_sends_a_row_per_key_and_window_where_the_window_operator_a
                      table, 1_000)
     assert sum(p.num_rows for s in senders for kind, p in s.items if kind == "records") == 3_000
     assert not any(kind == "partials" for s in senders for kind, _ in s.items)
+
+
+def _as_lists(senders: list[_Collect]) -> list[list]:
+    """The items each sender got, with tables as lists of rows."""
+    def plain(payload):
+        if isinstance(payload, tuple) and isinstance(payload[0], pa.Table):
+            return payload[0].to_pylist(), payload[1]
+        if hasattr(payload, "table"):
+            return payload.table.to_pylist(), payload.origins
+        return payload
+    return [[(kind, plain(payload)) for kind, payload in sender.items] for sender in senders]
+
+
+def test_blocks_smaller_than_a_batch_are_pre_aggregated_together_as_if_they_were_one_block():
+    from operators.windows import WindowOperator
+
+    def window():
+        return WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count())
+
+    table = _table(0, 3_000, KEYS)
+    blocks = [table.slice(i, 500) for i in range(0, 3_000, 500)]
+    one_block = _route(window(), table, 1_000)
+    small_blocks = _route(window(), blocks, 1_000)
+    # Per sender: the partials of 1,000 rows, then the watermark after them, three times; the
+    # same partials and watermarks as of one block read in batches of 1,000 rows.
+    assert _as_lists(small_blocks) == _as_lists(one_block)
+    for sender in small_blocks:
+        assert [kind for kind, _ in sender.items] == ["partials", "watermark"] * 3 + ["end"]
+    # Blocks that do not add up to a batch are not merged across it: 700 + 700 > 1,000.
+    uneven = _route(window(), [table.slice(i, 700) for i in range(0, 2_100, 700)], 1_000)
+    assert [p[1] for kind, p in uneven[0].items if kind == "partials"] == [700, 700, 700]
+
+
+def test_rows_a_window_needs_one_by_one_keep_their_order_origins_and_watermarks_across_small_blocks():
+    from operators.windows import WindowOperator
+
+    # A late-data side output needs the rows themselves: nothing is merged, nothing is reordered.
+    table = _table(0, 2_000, KEYS)
+    blocks = [table.slice(i, 500) for i in range(0, 2_000, 500)]
+    senders = _route(WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count(), late_data_tag="late"),
+                     blocks, 1_000)
+    for sender in senders:
+        kinds = [kind for kind, _ in sender.items]
+        assert kinds == ["records", "watermark"] * 4 + ["end"]  # a watermark after each block's rows
+        origins = [p.origins[:2] for kind, p in sender.items if kind == "records"]
+        assert origins == [(0, piece) for piece in range(4)]  # (split, piece): each row's own
+        watermarks = [p for kind, p in sender.items if kind == "watermark"]
+        assert watermarks == [498, 998, 1_498, 1_998]  # the largest event time so far, less 1
+
+
+def test_a_checkpoint_waits_while_read_batches_are_held_for_pre_aggregation():
+    import asyncio
+
+    from actors.arrow_rows import RowBatch
+    from actors.source_actor import route_items
+    from operators.windows import WindowOperator
+
+    between = asyncio.Event()
+    table = _table(0, 1_000, KEYS)
+    seen = []
+
+    class Reader:
+        batch_size = 1_000
+
+        async def items(self):
+            for i, start in enumerate((0, 500)):
+                part = table.slice(start, 500)
+                yield "records", RowBatch(part, part.column("ts").cast(pa.int64()).combine_chunks(), (0, i, 0))
+                seen.append(("after records", between.is_set()))
+                yield "watermark", start + 499
+                seen.append(("after watermark", between.is_set()))
+            yield "end", None
+            seen.append(("after end", between.is_set()))
+
+    senders = [_Collect(), _Collect()]
+    window = WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count())
+    asyncio.run(route_items(Reader(), senders, KeyRouter("k"), between, window.pre_aggregate))
+    # Held rows have not gone out: no barrier may pass them until their partials have.
+    assert seen == [("after records", False), ("after watermark", False), ("after records", False),
+                    ("after watermark", False), ("after end", True)]
+    assert [kind for kind, _ in senders[0].items] == ["partials", "watermark", "end"]
 
 
 def test_an_operator_whose_output_is_split_by_key_sends_partials_for_a_keyed_window_stage():

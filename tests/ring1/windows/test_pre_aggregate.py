@@ -107,6 +107,12 @@ def test_what_needs_the_rows_is_not_pre_aggregated(make_op):
     OperatorHarness(op).open()
     table = batch([("a", 0, 1, 3)])
     assert op.pre_aggregate(table, table.column("ts")) is None
+    # Known before any batch: a key split hands such an operator's batches on as they are.
+    assert not op.pre_aggregates()
+    from actors.output import pre_aggregator
+
+    assert pre_aggregator(make_op) is None
+    assert pre_aggregator(lambda: WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Count())) is not None
 
 
 def test_null_or_missing_event_times_and_key_columns_are_not_pre_aggregated():
