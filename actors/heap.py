@@ -15,8 +15,12 @@ next batch reuses them: about 3,000 faults per instance, and 0 to 30 ms of syste
 is memory the process keeps once it has used it: at most ``TRIM_THRESHOLD`` of freed heap, and
 blocks above ``MMAP_THRESHOLD`` are still returned at once.
 
-Only glibc has ``mallopt``; elsewhere nothing changes. Operator and source actors call it as
-they start.
+Only glibc has ``mallopt``; elsewhere nothing changes. The actors that work on whole columns
+of a batch at a time call it as they start: a window stage's, and one that pre-aggregates for a
+keyed window stage after it. Measured on the window benchmark's stage (2,000,000 events, batches
+of 262,144 rows), the event loop's CPU per instance was 73-118 ms with it and 105-222 ms without.
+An actor of per-record calls (``enrich()``) leaves it: there the C heap holds little, and its CPU
+per record was 15.9-18.3 µs with the setting against 13.0-15.7 µs without, in alternating runs.
 """
 
 from __future__ import annotations

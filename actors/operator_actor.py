@@ -108,7 +108,6 @@ class OperatorActor:
 
     def __init__(self, spec: ChainSpec) -> None:
         bind_private_methods(self)  # the mailbox calls some of them once per record
-        keep_freed_memory()
         self.spec = spec
         self.name = spec.instance_name
         self._chain = OperatorChain([factory() for factory in spec.operator_factories])
@@ -125,6 +124,8 @@ class OperatorActor:
         # A head operator that takes whole Arrow batches (the window operator's vectorised path).
         self._arrow_head: Callable[[pa.Table, pa.Array], None] | None = getattr(
             self._chain.head, "process_timestamped_batch", None)
+        if self._arrow_head is not None or spec.downstream_head is not None:
+            keep_freed_memory()  # whole columns of a batch at a time (see actors.heap)
         # One that merges partial aggregates, which its peers' reads make of batches (route_items).
         self._merge_partials: Callable[[pa.Table, int], int] | None = getattr(self._chain.head, "process_partials", None)
         self._finishing = False

@@ -332,7 +332,8 @@ class SourceActor:
         key: KeyRouter | Any = None, checkpoints: Any = None, coordinator: Any = None, attempt: int = 0,
         restore: int | None = None, head: Callable[[], Any] | None = None,
     ) -> None:
-        keep_freed_memory()
+        if head is not None:
+            keep_freed_memory()  # it may pre-aggregate whole batches for a keyed window stage
         self.name = instance_name(job, name, index, parallelism, attempt)
         self.task = task_name(name, index, parallelism)
         self._reader: BlockReader | None = None
