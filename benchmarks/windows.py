@@ -23,7 +23,7 @@ the CPUs are idle, whatever the system, and reports the wait as ``settled_s``. B
 first (RayDP's first conversion in a session, Spark's code generation). Batches are of 262,144 rows:
 the window stage's Python work is per (key, window) and batch, so larger batches cost less per
 event (a split pre-aggregates blocks smaller than a batch together; at 65,536 rows the stage
-runs at about 0.7 x its rate at 262,144 here). The last line printed is one JSON object.
+ran at 0.74-0.84 x its rate at 262,144 here). The last line printed is one JSON object.
 
     python -m benchmarks.windows            # N = 2,000,000
     python -m benchmarks.windows --quick    # N = 200,000
