@@ -7,8 +7,8 @@ freed, and gives the top of its heap back to the kernel once more than ``M_TRIM_
 free there. Either way, the next batch's buffers are fresh pages, and each first touch of a page
 is a page fault, in which the kernel zeroes the page. On a virtual machine that returns its free
 pages to the host (free page reporting), that fault also waits for the host: measured here, the
-window stage's event loop spent from 12 to 160 ms of system time per million rows at batches of
-262,144 rows, varying run to run, with about 7,600 faults per instance.
+window stage's event loop spent from 12 to 160 ms of system time per million rows (blocks of
+500,000 rows in batches of 262,144), varying run to run, with about 7,600 faults per instance.
 
 ``keep_freed_memory()`` raises both thresholds, so that freed blocks stay in the heap and the
 next batch reuses them: about 3,000 faults per instance, and 0 to 30 ms of system time. The cost
@@ -19,8 +19,8 @@ Only glibc has ``mallopt``; elsewhere nothing changes. The actors that work on w
 of a batch at a time call it as they start: a window stage's, and one that pre-aggregates for a
 keyed window stage after it. Measured on the window benchmark's stage (2,000,000 events, batches
 of 262,144 rows), the event loop's CPU per instance was 73-118 ms with it and 105-222 ms without.
-An actor of per-record calls (``enrich()``) leaves it: there the C heap holds little, and its CPU
-per record was 15.9-18.3 µs with the setting against 13.0-15.7 µs without, in alternating runs.
+An actor of per-record calls (``enrich()``) leaves it: its CPU per record was 15.9-18.3 µs with
+the setting against 13.0-15.7 µs without, in alternating runs (why is not known).
 """
 
 from __future__ import annotations
