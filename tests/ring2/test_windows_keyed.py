@@ -170,7 +170,13 @@ def test_blocks_smaller_than_a_batch_are_pre_aggregated_together_as_if_they_were
 def test_rows_a_window_needs_one_by_one_keep_their_order_origins_and_watermarks_across_small_blocks():
     from operators.windows import WindowOperator
 
-    # A late-data side output needs the rows themselves: nothing is merged, nothing is reordered.
+    from actors.output import pre_aggregator
+
+    # A late-data side output needs the rows themselves: the key split gets no pre-aggregator.
+    assert pre_aggregator(lambda: WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count(),
+                                                 late_data_tag="late")) is None
+    assert pre_aggregator(lambda: WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count())) is not None
+    # Handed one anyway, it finds nothing to merge across blocks, and reorders nothing.
     table = _table(0, 2_000, KEYS)
     blocks = [table.slice(i, 500) for i in range(0, 2_000, 500)]
     senders = _route(WindowOperator("k", TumblingEventTimeWindows(1_000), aggregate=Count(), late_data_tag="late"),

@@ -109,10 +109,7 @@ def test_what_needs_the_rows_is_not_pre_aggregated(make_op):
     assert op.pre_aggregate(table, table.column("ts")) is None
     # Known before any batch: a key split hands such an operator's batches on as they are.
     assert not op.pre_aggregates()
-    from actors.output import pre_aggregator
-
-    assert pre_aggregator(make_op) is None
-    assert pre_aggregator(lambda: WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Count())) is not None
+    assert WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Count()).pre_aggregates()
 
 
 def test_null_or_missing_event_times_and_key_columns_are_not_pre_aggregated():
