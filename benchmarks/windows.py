@@ -109,11 +109,13 @@ def actorflow_dataframe(df: Any, n: int, expected: tuple[int, int] | None, *, se
 
     window = EventTimeSessionWindows.with_gap(GAP_MS) if sessions else TumblingEventTimeWindows.of(SIZE_MS)
     started = time.perf_counter()
-    out = (
+    result = (
         from_spark(df, timestamp_column="ts", out_of_orderness_ms=5_000, parallelism=P, batch_size=BATCH_SIZE)
         .key_by("key").window(window).aggregate(_aggregations())
         .to_spark(progress=False)
-    ).cache()
+    )
+    assert not isinstance(result, tuple)  # no late data asked for: one DataFrame
+    out = result.cache()
     rows = out.count()
     elapsed = time.perf_counter() - started
     total = out.agg({"n": "sum"}).collect()[0][0]
