@@ -56,7 +56,7 @@ from .naming import instance_name, task_name
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner, pre_aggregator
 from .processing_time import AsyncioProcessingTimeService
 from .source_actor import BlockReader, LocalChannel, route_items
-from .heap import keep_freed_memory
+from .heap import for_whole_batches
 from .store_pages import process_pages
 from .tracing_shims import bind_private_methods
 
@@ -125,7 +125,7 @@ class OperatorActor:
         self._arrow_head: Callable[[pa.Table, pa.Array], None] | None = getattr(
             self._chain.head, "process_timestamped_batch", None)
         if self._arrow_head is not None or spec.downstream_head is not None:
-            keep_freed_memory()  # whole columns of a batch at a time (see actors.heap)
+            for_whole_batches()  # whole columns of a batch at a time (see actors.heap)
         # One that merges partial aggregates, which its peers' reads make of batches (route_items).
         self._merge_partials: Callable[[pa.Table, int], int] | None = getattr(self._chain.head, "process_partials", None)
         self._finishing = False

@@ -26,7 +26,7 @@ from operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWith
 
 from .arrow_rows import RowBatch, is_bare
 from .channel import ChannelSender
-from .heap import keep_freed_memory
+from .heap import for_whole_batches
 from .keys import KeyRouter, as_router
 from .naming import instance_name, task_name
 from .output import PreAggregate, partials_of, pre_aggregator
@@ -333,7 +333,7 @@ class SourceActor:
         restore: int | None = None, head: Callable[[], Any] | None = None,
     ) -> None:
         if head is not None:
-            keep_freed_memory()  # it may pre-aggregate whole batches for a keyed window stage
+            for_whole_batches()  # it may pre-aggregate whole batches for a keyed window stage
         self.name = instance_name(job, name, index, parallelism, attempt)
         self.task = task_name(name, index, parallelism)
         self._reader: BlockReader | None = None

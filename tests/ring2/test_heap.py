@@ -1,4 +1,5 @@
-"""An actor's process keeps the C heap's freed blocks for its next batch (``actors.heap``)."""
+"""An actor's process keeps the C heap's freed blocks for its next batch, and takes no transparent huge
+pages (``actors.heap``)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,35 @@ def test_freed_batch_buffers_are_reused_instead_of_faulting_in_fresh_pages():
     # By default glibc unmaps or trims the freed 16 MiB every round: a fault per 4 KiB page.
     assert default > 10 * 8 * 512 // 2
     assert kept < default // 100
+
+
+# A 16 MiB array, for which NumPy asks the kernel for huge pages, written: the huge pages the
+# process then holds, in KiB.
+_HUGE = """
+import sys
+import numpy as np
+from actors.heap import small_pages
+if sys.argv[1] == "small" and not small_pages():
+    raise SystemExit("small_pages() did not take")
+array = np.ones((16 << 20) // 8)
+for line in open("/proc/self/smaps_rollup"):
+    if line.startswith("AnonHugePages:"):
+        print(int(line.split()[1]))
+"""
+
+
+def _huge_kib(mode: str) -> int:
+    out = subprocess.run([sys.executable, "-c", _HUGE, mode], capture_output=True, text=True, check=True, cwd=ROOT)
+    return int(out.stdout)
+
+
+def test_a_batch_actors_arrays_take_no_huge_pages():
+    from actors.heap import small_pages
+
+    if platform.system() != "Linux":
+        assert small_pages() is False
+        return
+    assert _huge_kib("small") == 0
+    mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    if "[never]" not in mode:  # where the kernel gives huge pages at all, NumPy's array gets them by default
+        assert _huge_kib("default") >= 2048, mode
