@@ -17,11 +17,13 @@ is memory the process keeps once it has used it: at most ``TRIM_THRESHOLD`` of f
 blocks above ``MMAP_THRESHOLD`` are still returned at once.
 
 Only glibc has ``mallopt``; elsewhere nothing changes. The actors that work on whole columns
-of a batch at a time call it as they start: a window stage's, and one that pre-aggregates for a
-keyed window stage after it. Measured on the window benchmark's stage (2,000,000 events, batches
-of 262,144 rows), the event loop's CPU per instance was 73-118 ms with it and 105-222 ms without.
-An actor of per-record calls (``enrich()``) leaves it: its CPU per record was 15.9-18.3 µs with
-the setting against 13.0-15.7 µs without, in alternating runs (why is not known).
+of a batch at a time call it (through ``for_whole_batches()``) as they start: a window stage's,
+and one that pre-aggregates for a keyed window stage after it. Measured on the window benchmark's
+stage (2,000,000 events, batches of 262,144 rows), the event loop's CPU per instance was 73-118
+ms with it and 105-222 ms without. An actor of per-record calls (``enrich()``) leaves it: its CPU
+per record was 15.9-18.3 µs with the setting against 13.0-15.7 µs without, in alternating runs
+(why is not known); with both settings it was 12.8 µs against 12.4 (medians of six alternating
+runs of 500,000 rows each), no gain either.
 
 Transparent huge pages cost the same way, in larger steps. NumPy asks for them on every array of
 4 MiB or more (``madvise(MADV_HUGEPAGE)``), and with the kernel's ``madvise`` mode each first
@@ -78,7 +80,7 @@ def small_pages() -> bool:
     if platform.system() != "Linux":
         return False
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl = ctypes.CDLL(None).prctl
     except (OSError, AttributeError):
         return False
     prctl.restype = ctypes.c_int
