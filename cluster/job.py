@@ -31,7 +31,7 @@ from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode
 from .job_report import job_html, job_text
-from .warm_workers import ACTOR_RUNTIME_ENV, learn_actor_env, prestart_workers
+from .warm_workers import ACTOR_RUNTIME_ENV, learn_actor_env
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
@@ -189,10 +189,6 @@ def _run_recoverable(
                 attempt.deploy()
                 if failed_at is not None:
                     recoveries_s.append(time.monotonic() - failed_at)
-                # Idle processes for a restart's actors, which Ray would otherwise start only once
-                # one is needed: seconds each on a small machine, on the recovery's critical path.
-                # Those a restart does not take serve the next job.
-                prestart_workers(len(attempt.handles))
                 attempt.await_end(progress, started)
                 ray.get(coordinator.stop.remote())
                 checkpoints.output.commit(checkpoints.final_epoch, number)

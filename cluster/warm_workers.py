@@ -7,8 +7,7 @@ starts, but only the session's first job finds them.
 
 When a job's actors go, ``prestart_workers(n)`` asks the local raylet to start ``n`` Python
 workers for this driver's Ray job and keep them idle for ``keep_alive_s``; the next job's actors
-take them, ready in a fraction of the time. A checkpointed job asks for as many once its actors
-run, for a restart's (see ``cluster.job``). The request is the raylet's own ``PrestartWorkers``
+take them, ready in a fraction of the time. The request is the raylet's own ``PrestartWorkers``
 call, which Ray 2.50's Python API does not expose yet.
 
 The raylet starts at most as many worker processes at once as it has CPUs (its

@@ -1,10 +1,8 @@
 """A job's actors start in worker processes that Ray prestarted when the job before it ended,
-whatever Ray tasks ran in between; a restart's actors, in processes kept ready while the job ran."""
+whatever Ray tasks ran in between."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pyarrow as pa
@@ -110,42 +108,6 @@ def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray
     assert len(actors) == 2
     # Each actor ran in a process that existed, idle, before its job began: none waited for a new one.
     assert {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
-
-
-def test_a_restarts_actors_start_in_processes_kept_ready_while_the_job_ran(ray_session, tmp_path):
-    import ray
-
-    job = ray.get_runtime_context().get_job_id()
-    _kill_idle_workers(job, for_actors=True)  # none waits before the job: the job's own start asks for them
-    go = tmp_path / "go"
-
-    async def held(row):
-        while not go.exists():  # the records wait until the restart is done
-            await asyncio.sleep(0.01)
-        return [row]
-
-    table = pa.table({"user": list(range(200))})
-    stream = from_arrow([table.slice(0, 100), table.slice(100)], parallelism=2, job_name="warm-restart").async_map(
-        held, name="echo", capacity=4)
-    outcome: list = []
-    thread = threading.Thread(target=lambda: outcome.append(stream.execute(
-        progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path / "checkpoints"))), daemon=True)
-    thread.start()
-    poll(lambda: len([a for a in _actors("warm-restart") if a.state == "ALIVE"]) == 2 or None, timeout_s=60)
-    poll(lambda: _workers_up(job, 2, for_actors=True, fresh=2), timeout_s=60)
-    idle = _idle_worker_pids()
-
-    ray.kill(ray.get_actor("warm-restart/echo[0/2]", namespace="actorflow"), no_restart=True)
-    restarted = "warm-restart/echo[{}/2]@1"
-    poll(lambda: all(list_actors(filters=[("name", "=", restarted.format(i)), ("state", "=", "ALIVE")])
-                     for i in range(2)) or None, timeout_s=60)
-    go.touch()
-    thread.join(120)
-
-    assert outcome and outcome[0].restarts == 1 and outcome[0].output_rows == 200
-    actors = [a for i in range(2) for a in list_actors(filters=[("name", "=", restarted.format(i))], detail=True)]
-    # Each actor of the restart ran in a process that waited, idle, before the failure.
-    assert len(actors) == 2 and {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
 
 
 def test_a_blocking_jobs_task_workers_serve_the_next_job_instead_of_new_processes(ray_session):
