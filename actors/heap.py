@@ -41,6 +41,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import platform
+from typing import Any
 
 __all__ = ["MMAP_THRESHOLD", "TRIM_THRESHOLD", "for_whole_batches", "keep_freed_memory", "small_pages"]
 
@@ -61,12 +62,8 @@ TRIM_THRESHOLD = 256 << 20
 @functools.cache
 def keep_freed_memory() -> bool:
     """Set the thresholds in this process (once); True if the C library took them."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _c_function("mallopt") if platform.libc_ver()[0] == "glibc" else None
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -77,11 +74,8 @@ def keep_freed_memory() -> bool:
 @functools.cache
 def small_pages() -> bool:
     """Turn transparent huge pages off for this process (once); True if the kernel took it."""
-    if platform.system() != "Linux":
-        return False
-    try:
-        prctl = ctypes.CDLL(None).prctl
-    except (OSError, AttributeError):
+    prctl = _c_function("prctl")
+    if prctl is None:
         return False
     prctl.restype = ctypes.c_int
     return prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 and prctl(_PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1
@@ -91,3 +85,13 @@ def for_whole_batches() -> None:
     """The settings of an actor that works on whole columns of a batch at a time."""
     keep_freed_memory()
     small_pages()
+
+
+def _c_function(name: str) -> Any:
+    """The C library's function ``name`` on Linux, or None."""
+    if platform.system() != "Linux":
+        return None
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None

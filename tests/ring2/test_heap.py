@@ -29,8 +29,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-def _faults(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", _ROUNDS, mode], capture_output=True, text=True, check=True, cwd=ROOT)
+def _in_fresh_process(script: str, mode: str) -> int:
+    """What ``script`` prints, run with ``mode`` in a new interpreter (its heap untouched)."""
+    out = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, check=True, cwd=ROOT)
     return int(out.stdout)
 
 
@@ -40,7 +41,7 @@ def test_freed_batch_buffers_are_reused_instead_of_faulting_in_fresh_pages():
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         assert keep_freed_memory() is False  # mallopt is glibc's: elsewhere the heap is left alone
         return
-    default, kept = _faults("default"), _faults("keep")
+    default, kept = _in_fresh_process(_ROUNDS, "default"), _in_fresh_process(_ROUNDS, "keep")
     # By default glibc unmaps or trims the freed 16 MiB every round: a fault per 4 KiB page.
     assert default > 10 * 8 * 512 // 2
     assert kept < default // 100
@@ -61,18 +62,13 @@ for line in open("/proc/self/smaps_rollup"):
 """
 
 
-def _huge_kib(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", _HUGE, mode], capture_output=True, text=True, check=True, cwd=ROOT)
-    return int(out.stdout)
-
-
 def test_a_batch_actors_arrays_take_no_huge_pages():
     from actors.heap import small_pages
 
     if platform.system() != "Linux":
         assert small_pages() is False
         return
-    assert _huge_kib("small") == 0
+    assert _in_fresh_process(_HUGE, "small") == 0
     mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
     if "[never]" not in mode:  # where the kernel gives huge pages at all, NumPy's array gets them by default
-        assert _huge_kib("default") >= 2048, mode
+        assert _in_fresh_process(_HUGE, "default") >= 2048, mode
