@@ -22,7 +22,7 @@ __all__ = ["JobGraph", "OperatorNode", "SourceNode", "Stage"]
 class SourceNode:
     """Blocks of Arrow data, split over ``parallelism`` readers.
 
-    Splits are contiguous ranges of blocks, so that input order can be kept, unless the job
+    Splits are contiguous ranges of rows, so that input order can be kept, unless the job
     routes by key (see ``JobGraph.splits``).
 
     The blocks may come from a ``loader``, called once, when the job first needs them: a job
@@ -58,7 +58,8 @@ class SourceNode:
         return sum(self.block_rows)
 
     def split(self, interleave: bool = False) -> list[list[Any]]:
-        """Contiguous block ranges of about equal row counts, in order (so order can be kept).
+        """Contiguous ranges of rows of equal counts, in order (so order can be kept): whole
+        blocks, or ``(block, offset, length)`` pieces of a block that two readers share.
 
         With ``interleave``, pieces of ``batch_size`` rows are dealt round-robin instead, as
         ``(block, offset, length)``: on input sorted by event time every split then moves
@@ -78,11 +79,20 @@ class SourceNode:
             return pieces
         total = self.total_rows
         ranges: list[list[Any]] = [[] for _ in range(n)]
-        seen = 0
+        if not total:
+            ranges[0] = list(self.blocks)
+            return ranges
+        # Reader k reads rows [k * total // n, (k + 1) * total // n): a block that straddles a
+        # bound is cut into pieces, so that shares differ by one row at most, whatever the blocks.
+        bounds = [k * total // n for k in range(n + 1)]
+        start = 0
         for block, rows in zip(self.blocks, self.block_rows):
-            index = min(n - 1, (seen * n) // total) if total else 0
-            ranges[index].append(block)
-            seen += rows
+            end = start + rows
+            for k in range(n):
+                first, last = max(start, bounds[k]), min(end, bounds[k + 1])
+                if first < last:
+                    ranges[k].append(block if last - first == rows else (block, first - start, last - first))
+            start = end
         return ranges
 
 
