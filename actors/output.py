@@ -320,12 +320,15 @@ class BatchingOutput:
         self.records_out = 0
 
     def collect(self, record: Record) -> None:
+        self.collect_value(record.value, record.timestamp_ms, record.origin)
+
+    def collect_value(self, value: Any, timestamp_ms: int | None, origin: tuple[Any, ...] | None) -> None:
         # Only a hash partitioner picks a target per record; the others send batches.
-        target = self._partitioner.target(record.value) if self._keyed else 0
+        target = self._partitioner.target(value) if self._keyed else 0
         values = self._values[target]
-        values.append(record.value)
-        self._timestamps[target].append(record.timestamp_ms)
-        self._origins[target].append(record.origin)
+        values.append(value)
+        self._timestamps[target].append(timestamp_ms)
+        self._origins[target].append(origin)
         if len(values) >= self._batch_size:
             self._flush_target(target)
 

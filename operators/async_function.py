@@ -163,6 +163,16 @@ class AsyncFunction:
         """
         return None
 
+    def direct_finish(self) -> Callable[[Any, Any], Any] | None:
+        """With ``direct_coroutine`` ``f``: ``g`` if the results are ``g(value, r)`` where ``r`` is
+        what ``f(value)`` returned, or None if they are ``r`` itself.
+
+        ``g`` gets the very ``value`` that ``f`` got; an error it raises is the attempt's, as if
+        ``f`` had raised it. An operator that runs ``f`` itself calls ``g`` as soon as ``f``
+        returns, without a coroutine around the two.
+        """
+        return None
+
 
 class CoroutineFunction(AsyncFunction):
     """Runs ``async def fn(value) -> list`` on the operator's coroutine runner.
@@ -171,10 +181,13 @@ class CoroutineFunction(AsyncFunction):
     a request slot.
     """
 
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any], finish: Callable[[Any, Any], Any] | None = None) -> None:
         if not inspect.iscoroutinefunction(fn) and not inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
             raise ConfigurationError(f"expected an async def function, got {describe_value(fn)}")
+        if finish is not None and not callable(finish):
+            raise ConfigurationError(f"finish must be callable, got {describe_value(finish)}")
         self.fn = fn
+        self.finish = finish  # the results are finish(value, what fn returned), if given
         self._runner: Any = None
 
     def open(self, context: Any) -> None:
@@ -184,10 +197,18 @@ class CoroutineFunction(AsyncFunction):
         self._runner = runner
 
     def async_invoke(self, value: Any, result_future: ResultFuture) -> None:
-        result_future.add_cancel_hook(self._runner.submit(self.fn(value), result_future.settle))
+        coro = self.fn(value) if self.finish is None else _finished(self.fn, self.finish, value)
+        result_future.add_cancel_hook(self._runner.submit(coro, result_future.settle))
 
     def direct_coroutine(self) -> Callable[[Any], Any] | None:
         return self.fn
+
+    def direct_finish(self) -> Callable[[Any, Any], Any] | None:
+        return self.finish
+
+
+async def _finished(fn: Callable[[Any], Any], finish: Callable[[Any, Any], Any], value: Any) -> Any:
+    return finish(value, await fn(value))
 
 
 class FallbackOnTimeout(AsyncFunction):
@@ -213,6 +234,9 @@ class FallbackOnTimeout(AsyncFunction):
 
     def direct_coroutine(self) -> Callable[[Any], Any] | None:
         return self.inner.direct_coroutine()
+
+    def direct_finish(self) -> Callable[[Any, Any], Any] | None:
+        return self.inner.direct_finish()
 
 
 class AwaitedAsyncFunction(AsyncFunction):

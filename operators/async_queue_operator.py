@@ -269,10 +269,14 @@ class AsyncQueueOperator(StreamOperator):
                 ),
             )
             return
-        origin = record.origin
-        for i, value in enumerate(entry.payload):
-            self.output.collect(Record(value, record.timestamp_ms, origin if i == 0 or origin is None else (*origin, i)))
-        self.metrics.records_out += len(entry.payload)
+        origin, timestamp_ms, payload = record.origin, record.timestamp_ms, entry.payload
+        collect = self.output.collect_value
+        if len(payload) == 1:  # the usual case: one result, which keeps the record's origin
+            collect(payload[0], timestamp_ms, origin)
+        else:
+            for i, value in enumerate(payload):
+                collect(value, timestamp_ms, origin if i == 0 or origin is None else (*origin, i))
+        self.metrics.records_out += len(payload)
 
     def _snapshot_waiting(self) -> list[tuple[Any, ...]]:
         items: list[tuple[Any, ...]] = []

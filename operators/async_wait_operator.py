@@ -89,7 +89,7 @@ class _CoroutineElementHandler(_ElementHandler):
     ``ResultFuture`` path; it saves the future, its callbacks and their calls, per request.
     """
 
-    __slots__ = ()
+    __slots__ = ("inputs",)
 
     def invoke(self) -> None:
         op = self.op
@@ -100,12 +100,27 @@ class _CoroutineElementHandler(_ElementHandler):
             op.completions.put(self.on_input_error, self.attempt, error)
             return
         call = self.future = CoroutineCall()
+        on_done = self.coroutine_ended
+        if op._finish is not None:
+            self.inputs, on_done = inputs, self.coroutine_returned
         try:
             # Making the coroutine runs none of its body; the task that runs it copies the
             # context, and so the request's key, when it is submitted.
-            call.cancel = call_in_request(self.entry.key, None, op._runner_submit, op._coroutine(inputs), self.coroutine_ended)
+            call.cancel = call_in_request(self.entry.key, None, op._runner_submit, op._coroutine(inputs), on_done)
         except Exception as error:  # the function raised instead of returning a coroutine
             self.coroutine_ended(None, error)
+
+    def coroutine_returned(self, result: Any, error: BaseException | None) -> None:
+        """``coroutine_ended`` with the function's ``direct_finish`` applied to what it returned,
+        in the coroutine's task: an error it raises is the attempt's."""
+        call, finish = self.future, self.op._finish
+        if error is None and finish is not None and isinstance(call, CoroutineCall) and not call.done:
+            try:
+                result = finish(self.inputs, result)
+            except Exception as exc:
+                result, error = None, exc
+        self.inputs = None
+        self.coroutine_ended(result, error)
 
 
 class AsyncWaitOperator(AsyncQueueOperator):
@@ -151,8 +166,10 @@ class AsyncWaitOperator(AsyncQueueOperator):
         self.function.open(self.context)
         coroutine, runner = self.function.direct_coroutine(), self.context.coroutine_runner
         self._handler_type: type[_ElementHandler] = _ElementHandler
+        self._finish: Callable[[Any, Any], Any] | None = None
         if coroutine is not None and runner is not None:
             self._coroutine, self._runner_submit = coroutine, runner.submit
+            self._finish = self.function.direct_finish()
             self._handler_type = _CoroutineElementHandler
         self._replay_restored()
 

@@ -39,6 +39,9 @@ class _CollectingOutput:
     def collect(self, record: Record) -> None:
         self.elements.append(record)
 
+    def collect_value(self, value: Any, timestamp_ms: int | None, origin: tuple[Any, ...] | None) -> None:
+        self.elements.append(Record(value, timestamp_ms, origin))
+
     def collect_table(self, table: Any, timestamps: Any) -> None:
         # As an actor's output takes a window operator's fired windows: one table.
         for value, ts in zip(table.to_pylist(), timestamps.to_pylist()):

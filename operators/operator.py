@@ -40,6 +40,10 @@ class Output(Protocol):
 
     def collect(self, record: Record) -> None: ...
 
+    def collect_value(self, value: Any, timestamp_ms: int | None, origin: tuple[Any, ...] | None) -> None:
+        """``collect(Record(value, timestamp_ms, origin))``; an output that keeps no record makes none."""
+        ...
+
     def emit_watermark(self, watermark: Watermark) -> None: ...
 
     def emit_watermark_status(self, status: WatermarkStatus) -> None: ...
@@ -202,6 +206,9 @@ class _ChainingOutput:
 
     def collect(self, record: Record) -> None:
         self._next.process_element(record)
+
+    def collect_value(self, value: Any, timestamp_ms: int | None, origin: tuple[Any, ...] | None) -> None:
+        self._next.process_element(Record(value, timestamp_ms, origin))
 
     def emit_watermark(self, watermark: Watermark) -> None:
         self._next.process_watermark(watermark)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 import pyarrow as pa
 
 from operators.arrow_batch import ArrowBatchFunction
+from operators.async_function import CoroutineFunction
 from operators.async_attempt import CopyInputs
 from operators.errors import ConfigurationError, ResultTypeError, describe_value
 from operators.retry import RetryStrategy
@@ -252,15 +253,16 @@ def _merge_batches(fn: Any) -> Any:
     return enrich_batch_blocking
 
 
-def _merge_rows(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+def _merge_row(row: dict[str, Any], result: Any) -> list[dict[str, Any]]:
+    return [{**row, **_check_dict(result, row, "enrich")}]
+
+
+def _merge_rows(fn: Callable[[dict[str, Any]], Any]) -> Any:
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
-
-        async def enrich_row(row: dict[str, Any]) -> list[dict[str, Any]]:
-            return [{**row, **_check_dict(await fn(row), row, "enrich")}]
-
-        return enrich_row
+        # The operator merges as soon as the coroutine returns, with no coroutine around it.
+        return CoroutineFunction(fn, finish=_merge_row)
 
     def enrich_row_blocking(row: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{**row, **_check_dict(fn(row), row, "enrich")}]
+        return _merge_row(row, fn(row))
 
     return enrich_row_blocking

@@ -34,8 +34,9 @@ class ViaFuture(CoroutineFunction):
         return None
 
 
-def function(fn: Callable[[Any], Any], path: str, fallback: Callable[[Any], list[Any]] | None = None) -> Any:
-    inner = CoroutineFunction(fn) if path == "direct" else ViaFuture(fn)
+def function(fn: Callable[[Any], Any], path: str, fallback: Callable[[Any], list[Any]] | None = None,
+             finish: Callable[[Any, Any], Any] | None = None) -> Any:
+    inner = CoroutineFunction(fn, finish) if path == "direct" else ViaFuture(fn, finish)
     return inner if fallback is None else FallbackOnTimeout(inner, fallback)
 
 
@@ -190,3 +191,45 @@ def test_the_coroutine_runner_keeps_a_loops_task_factory_and_each_requests_key(f
     assert seen == [([(0, "k0")], None), ([(1, "k1")], None), ([(2, "k2")], None)]
     assert made == (4 if factory else 0)
     assert left == 0  # the cancelled coroutine is gone, and reported nothing
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_finish_makes_the_results_from_the_input_the_coroutine_got_and_what_it_returned(path: str) -> None:
+    async def lookup(row: dict[str, Any]) -> dict[str, Any]:
+        row["seen"] = True  # its own copy: finish sees the change
+        await asyncio.sleep(0)
+        return {"x": row["id"] + 1}
+
+    def merge(row: dict[str, Any], result: dict[str, Any]) -> list[Any]:
+        return [{**row, **result}]
+
+    h = OperatorHarness(async_wait(function(lookup, path, finish=merge), capacity=2))
+    h.process_element({"id": 1}, timestamp_ms=1)
+    h.process_element({"id": 2}, timestamp_ms=2)
+    h.run_until_idle()
+    assert h.output == [Record({"id": 1, "seen": True, "x": 2}, 1), Record({"id": 2, "seen": True, "x": 3}, 2)]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_error_that_finish_raises_is_the_attempts_own_and_is_retried(path: str) -> None:
+    calls: list[int] = []
+
+    async def lookup(row: dict[str, Any]) -> Any:
+        calls.append(row["id"])
+        await asyncio.sleep(0)
+        return "not a dict"
+
+    def strict(row: dict[str, Any], result: Any) -> list[Any]:
+        if not isinstance(result, dict):
+            raise ResultTypeError(f"expected a dict, got {result!r}")
+        return [result]
+
+    h = OperatorHarness(async_wait(function(lookup, path, finish=strict), capacity=2, on_error="dead_letter",
+                                   retry=FixedDelay(2, 10)))
+    h.process_element({"id": 1}, timestamp_ms=1)
+    h.run_until_idle()
+    h.set_processing_time(10)
+    h.run_until_idle()
+    [letter] = h.side_outputs[DEAD_LETTER]
+    assert letter.error_type == "ResultTypeError" and "expected a dict, got 'not a dict'" in letter.error
+    assert letter.attempts == 2 and calls == [1, 1]
