@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 import pyarrow as pa
 
 from operators.arrow_batch import ArrowBatchFunction
-from operators.async_function import CoroutineFunction
 from operators.async_attempt import CopyInputs
+from operators.async_function import CoroutineFunction
 from operators.errors import ConfigurationError, ResultTypeError, describe_value
 from operators.retry import RetryStrategy
 
