@@ -234,7 +234,7 @@ def _merge_results(rows: list[dict[str, Any]], results: Any) -> list[list[dict[s
             f"the enrich function must return a list of one dict per row; got {got} for a batch of {len(rows)} rows, "
             f"the first {describe_value(rows[0])}"
         )
-    return [[{**row, **_check_dict(result, row, "enrich")}] for row, result in zip(rows, results)]
+    return [_merge_row(row, result) for row, result in zip(rows, results)]
 
 
 def _merge_batches(fn: Any) -> Any:
