@@ -228,7 +228,7 @@ class DataStream:
                              resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
         # For the next job's actors, one per actor of this one, and for their Ray tasks; and for
         # the driver's own tasks, if it has used them (the snapshot of the next DataFrame).
-        prestart_workers(len(result.figures), self._graph.worker_processes)
+        prestart_workers(result.actor_processes, self._graph.worker_processes)
         top_up_task_workers()
         return result
 

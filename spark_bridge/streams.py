@@ -139,7 +139,7 @@ class SparkDataStream(DataStream):
         # then do the processes for the next job's actors, and for the next snapshot's tasks,
         # start: the action would share the CPU.
         result.finished, result.tables = None, []
-        actors, tasks = len(result.figures), self._graph.worker_processes
+        actors, tasks = result.actor_processes, self._graph.worker_processes
 
         def prestart() -> None:
             prestart_workers(actors, tasks)

@@ -3,6 +3,7 @@ whatever Ray tasks ran in between."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pyarrow as pa
@@ -10,7 +11,7 @@ import pytest
 from ray.util.state import list_actors, list_workers
 
 from cluster import from_arrow, warm_workers
-from tests.ring2.waiting import poll
+from tests.ring2.waiting import Background, find_actor, poll
 
 pytestmark = pytest.mark.ray
 
@@ -110,6 +111,28 @@ def test_the_next_jobs_actors_start_in_processes_prestarted_when_a_job_ended(ray
     assert {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
 
 
+def test_after_a_job_with_checkpoints_the_next_ones_coordinator_and_actors_all_find_processes(ray_session, tmp_path):
+    import ray
+
+    job = ray.get_runtime_context().get_job_id()
+
+    def run(name):
+        table = pa.table({"user": list(range(200))})
+        return from_arrow([table.slice(0, 100), table.slice(100)], parallelism=2, job_name=name).async_map(
+            _same, name="echo").execute(progress=False, checkpoint_interval_ms=60_000, checkpoint_dir=str(tmp_path))
+
+    first = run("warm-checkpointed-first")
+    assert first.actor_processes == 3  # two instances and the checkpoint coordinator
+    poll(lambda: _workers_up(job, 3, for_actors=True, fresh=3), timeout_s=60)
+    idle = _idle_worker_pids()
+
+    assert run("warm-checkpointed-second").output_rows == 200
+
+    names = [f"warm-checkpointed-second/echo[{i}/2]" for i in range(2)] + ["warm-checkpointed-second/checkpoint_coordinator[0/1]"]
+    pids = {a.pid for name in names for a in list_actors(filters=[("name", "=", name)], detail=True)}
+    assert len(pids) == 3 and pids <= idle, (pids, idle)
+
+
 def test_a_blocking_jobs_task_workers_serve_the_next_job_instead_of_new_processes(ray_session):
     # A local Ray keeps a worker that ran a task for a while after (ensure_ray): the next job's
     # blocking calls take it, and the prestart counts it rather than starting one more. Ray
@@ -137,6 +160,46 @@ def test_a_blocking_jobs_task_workers_serve_the_next_job_instead_of_new_processe
     assert _run("warm-after-blocking").output_rows == 200
     actors = _actors("warm-after-blocking")
     assert len(actors) == 2 and {a.pid for a in actors} <= idle, ({a.name: a.pid for a in actors}, idle)
+
+
+def test_a_restarted_attempts_actors_start_in_standby_processes_of_the_job(ray_session, tmp_path):
+    # Once an attempt of a job with checkpoints has run for a few seconds (STANDBY_AFTER_S), as many
+    # workers as it has actors wait for a restart: the new attempt's actors need not wait for new
+    # processes.
+    import ray
+
+    job = ray.get_runtime_context().get_job_id()
+    name = "warm-standby"
+    gate = tmp_path / "open"
+
+    async def held(row):
+        while not gate.exists():  # every record waits until the test has seen the restart
+            await asyncio.sleep(0.01)
+        return [row]
+
+    table = pa.table({"user": list(range(200))})
+    stream = from_arrow([table.slice(0, 100), table.slice(100)], parallelism=2, job_name=name).async_map(
+        held, name="echo")
+    run = Background(lambda: stream.execute(progress=False, checkpoint_interval_ms=60_000, checkpoint_dir=str(tmp_path)))
+    first = poll(lambda: find_actor(f"{name}/echo[0/2]"), timeout_s=60)
+    ray.get(first.__ray_ready__.remote())
+    # The coordinator and both instances took the workers that waited; two more come up for a restart.
+    poll(lambda: _workers_up(job, 2, for_actors=True, fresh=2), timeout_s=120)
+    before = _worker_pids()
+
+    ray.kill(first, no_restart=True)
+    restarted = [poll(lambda i=i: find_actor(f"{name}/echo[{i}/2]@1"), timeout_s=60) for i in range(2)]
+    ray.get([actor.__ray_ready__.remote() for actor in restarted])
+    gate.touch()
+    run.join(120)
+    assert run.error is None, run.error
+    result = run.result
+
+    assert result.restarts == 1 and result.output_rows == 200
+    assert len(result.recoveries_s) == 1
+    pids = {a.pid for i in range(2) for a in list_actors(filters=[("name", "=", f"{name}/echo[{i}/2]@1")], detail=True)}
+    # Each in a process that was up before the failure: none waited for a new one.
+    assert len(pids) == 2 and pids <= before, (pids, before)
 
 
 def test_a_new_worker_has_imported_what_the_actors_need_before_a_job_uses_it(ray_session):
