@@ -36,7 +36,7 @@ from .warm_workers import ACTOR_RUNTIME_ENV, learn_actor_env, prestart_workers
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
 NAMESPACE = "actorflow"
-#: How long an attempt of a job with checkpoints runs before standby processes start for a restart.
+#: How long the first attempt of a job with checkpoints runs before standby processes start for a restart.
 STANDBY_AFTER_S = 5.0
 
 
@@ -64,8 +64,8 @@ class JobResult:
     figures: list[dict[str, Any]] = field(default_factory=list)
     finished: Any = None
     restarts: int = 0
-    # Failure seen -> new actors running, one per recovery: a failure during a recovery (before
-    # the new attempt runs) extends it, so there may be fewer than restarts.
+    # Failure seen -> new actors running, one per recovery; a recovery that another failure
+    # interrupts (before its attempt runs) has none, and the next one counts from that failure.
     recoveries_s: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "<actor>: <error>", one per restart
     checkpoints: dict[str, Any] | None = None  # the coordinator's figures
@@ -199,7 +199,7 @@ def _run_recoverable(
                 if failed_at is not None:
                     recoveries_s.append(time.monotonic() - failed_at)
                     failed_at = None
-                standby = _standby(len(attempt.handles))
+                standby = _standby(len(attempt.handles), 0.0 if number else STANDBY_AFTER_S)
                 try:
                     attempt.await_end(progress, started)
                 finally:
@@ -213,8 +213,7 @@ def _run_recoverable(
                 return result
             except (_AttemptFailed, RayError) as failure:
                 error = failure.error if isinstance(failure, _AttemptFailed) else failure
-                if failed_at is None:  # a failure during a recovery makes that recovery longer
-                    failed_at = time.monotonic()
+                failed_at = time.monotonic()
                 samples.extend(attempt.samples)
                 dead = attempt.dead_actor()
                 attempt.kill()
@@ -238,13 +237,15 @@ def _run_recoverable(
         ray.kill(coordinator, no_restart=True)
 
 
-def _standby(actors: int) -> threading.Timer:
-    """Once an attempt has run for ``STANDBY_AFTER_S``, have one idle worker per actor wait on
-    the local node, so that a restart's actors start in them: a recovery then takes about 0.1 s
-    here instead of 1.3-1.5 s for two new processes. Not before: a process's start costs about
-    a second of CPU, which a short attempt would pay while a restart is unlikely to need it.
-    After the job they serve the next one's actors (``prestart_workers`` counts them)."""
-    timer = threading.Timer(STANDBY_AFTER_S, prestart_workers, (actors,))
+def _standby(actors: int, after_s: float) -> threading.Timer:
+    """Once an attempt has run for ``after_s``, have one idle worker per actor wait on the local
+    node, so that a restart's actors start in them: a recovery then takes about 0.1 s here
+    instead of 1.3-1.5 s for two new processes. A job's first attempt waits ``STANDBY_AFTER_S``:
+    a process's start costs about a second of CPU, which a short job would pay while a restart
+    is unlikely to need it. An attempt after a restart asks at once: a job that failed once may
+    well fail again (a flaky host, a chaos test). After the job they serve the next job's actors
+    (``prestart_workers`` counts them)."""
+    timer = threading.Timer(after_s, prestart_workers, (actors,))
     timer.daemon = True
     timer.start()
     return timer
