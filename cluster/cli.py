@@ -179,6 +179,8 @@ def chaos(target: str, kills: int, every: str, first: str | None, interval: str,
     import json
     import tempfile
 
+    import ray
+
     from cluster.chaos import ChaosMonkey, compare_outputs
     from operators.errors import JobFailedError
 
@@ -211,6 +213,9 @@ def chaos(target: str, kills: int, every: str, first: str | None, interval: str,
     key = list(keys) or [expected.column_names[0]]
     report = compare_outputs(expected, actual, key)
     report.kills, report.restarts, report.recoveries_s = monkey.kills, result.restarts, result.recoveries_s
+    # Ray prints its processes' log lines (a raylet's warnings) from a thread of its own, at any
+    # time while connected: disconnect first, so that the report, and its JSON line last, is whole.
+    ray.shutdown()
     for line in report.lines():
         click.echo(line)
     checkpoints = result.checkpoints or {}
