@@ -20,10 +20,10 @@ async def _same(value):
     return [value]
 
 
-def _run(job_name):
+def _run(job_name, **settings):
     table = pa.table({"user": list(range(200))})
     return from_arrow([table.slice(0, 100), table.slice(100)], parallelism=2, job_name=job_name).async_map(
-        _same, name="echo").execute(progress=False)
+        _same, name="echo").execute(progress=False, **settings)
 
 
 def _worker_pids():
@@ -39,9 +39,10 @@ def _idle_worker_pids():
     return _worker_pids() - hosts
 
 
-def _actors(job):
+def _actors(job, attempt=""):
+    """The job's two ``echo`` instances (of ``attempt``, "@1" say, after a restart)."""
     # By name: an unfiltered listing stops at 100 actors, and a long test session has more.
-    return [a for i in range(2) for a in list_actors(filters=[("name", "=", f"{job}/echo[{i}/2]")], detail=True)]
+    return [a for i in range(2) for a in list_actors(filters=[("name", "=", f"{job}/echo[{i}/2]{attempt}")], detail=True)]
 
 
 def _ray_tasks():
@@ -117,9 +118,7 @@ def test_after_a_job_with_checkpoints_the_next_ones_coordinator_and_actors_all_f
     job = ray.get_runtime_context().get_job_id()
 
     def run(name):
-        table = pa.table({"user": list(range(200))})
-        return from_arrow([table.slice(0, 100), table.slice(100)], parallelism=2, job_name=name).async_map(
-            _same, name="echo").execute(progress=False, checkpoint_interval_ms=60_000, checkpoint_dir=str(tmp_path))
+        return _run(name, checkpoint_interval_ms=60_000, checkpoint_dir=str(tmp_path))
 
     first = run("warm-checkpointed-first")
     assert first.actor_processes == 3  # two instances and the checkpoint coordinator
@@ -128,8 +127,8 @@ def test_after_a_job_with_checkpoints_the_next_ones_coordinator_and_actors_all_f
 
     assert run("warm-checkpointed-second").output_rows == 200
 
-    names = [f"warm-checkpointed-second/echo[{i}/2]" for i in range(2)] + ["warm-checkpointed-second/checkpoint_coordinator[0/1]"]
-    pids = {a.pid for name in names for a in list_actors(filters=[("name", "=", name)], detail=True)}
+    coordinator = list_actors(filters=[("name", "=", "warm-checkpointed-second/checkpoint_coordinator[0/1]")], detail=True)
+    pids = {a.pid for a in _actors("warm-checkpointed-second") + coordinator}
     assert len(pids) == 3 and pids <= idle, (pids, idle)
 
 
@@ -197,7 +196,7 @@ def test_a_restarted_attempts_actors_start_in_standby_processes_of_the_job(ray_s
 
     assert result.restarts == 1 and result.output_rows == 200
     assert len(result.recoveries_s) == 1
-    pids = {a.pid for i in range(2) for a in list_actors(filters=[("name", "=", f"{name}/echo[{i}/2]@1")], detail=True)}
+    pids = {a.pid for a in _actors(name, "@1")}
     # Each in a process that was up before the failure: none waited for a new one.
     assert len(pids) == 2 and pids <= before, (pids, before)
 
