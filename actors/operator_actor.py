@@ -150,7 +150,9 @@ class OperatorActor:
         gc.collect()
 
     def __repr__(self) -> str:
-        return self.name
+        # Ray names the actor with it even when the constructor never ran: its arguments
+        # could not be unpickled in this worker, and that error is the one to report.
+        return getattr(self, "name", type(self).__name__)
 
     # ------------------------------------------------------------ remote methods
 

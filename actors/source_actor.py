@@ -348,7 +348,9 @@ class SourceActor:
         self._between_items.set()
 
     def __repr__(self) -> str:
-        return self.name
+        # Ray names the actor with it even when the constructor never ran: its arguments
+        # could not be unpickled in this worker, and that error is the one to report.
+        return getattr(self, "name", type(self).__name__)
 
     async def progress(self) -> int:
         return 0 if self._reader is None else self._reader.rows_read

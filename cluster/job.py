@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 import threading
 import time
@@ -560,9 +561,23 @@ def _describe(error: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}".splitlines()[0][:500]
 
 
+# What Ray says when a worker cannot unpickle an actor's arguments: a function of the job comes
+# from a module that the driver imports and the workers cannot.
+_MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
 def _job_failure(job: str, error: BaseException) -> JobFailedError:
     cause = _cause(error)
     if isinstance(cause, RayActorError):
+        missing = _MISSING_MODULE.search(str(cause)) if cause.actor_init_failed else None
+        if missing is not None:
+            module = missing.group(1)
+            return JobFailedError(
+                f"job {job!r} failed: its actors cannot import module {module!r}, which a function of the job "
+                f"comes from (the driver imports it, the Ray workers do not). Make it importable on the workers "
+                f"(install it, or ray.init(runtime_env={{'py_modules': [...]}})), or have it pickled with the "
+                f"functions: ray.cloudpickle.register_pickle_by_value({module}). Ray said: {_describe(cause)}"
+            )
         return JobFailedError(f"job {job!r} failed: an actor died: {cause}")
     if isinstance(cause, ActorflowError):
         return JobFailedError(f"job {job!r} failed: {cause}")

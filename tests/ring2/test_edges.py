@@ -150,3 +150,33 @@ def test_a_source_reader_that_dies_mid_job_fails_it_as_a_job_failure(ray_session
     thread.join(60)
     assert len(outcome) == 1 and isinstance(outcome[0], JobFailedError), outcome
     assert "job 'reader-dies' failed: an actor died" in str(outcome[0])
+
+
+def test_a_function_from_a_module_the_workers_cannot_import_fails_the_job_saying_what_to_do(
+        ray_session, tmp_path, monkeypatch):
+    # A module beside a notebook, put on the driver's path after Ray started: the driver imports
+    # it, the workers cannot. Its functions are pickled by reference, so the actors fail to
+    # unpickle their own constructor's arguments.
+    import importlib
+
+    import ray.cloudpickle
+
+    from operators.errors import JobFailedError
+
+    name = "actorflow_driver_only_lookup"
+    (tmp_path / f"{name}.py").write_text("async def lookup(row):\n    return [{**row, 'y': 1}]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(name)
+    stream = from_arrow([pa.table({"a": [1, 2, 3]})], parallelism=1).async_map(module.lookup)
+    with pytest.raises(JobFailedError) as failed:
+        stream.execute(progress=False)
+    message = str(failed.value)
+    assert f"cannot import module {name!r}" in message
+    assert f"ray.cloudpickle.register_pickle_by_value({name})" in message
+    # What the message says to do works.
+    ray.cloudpickle.register_pickle_by_value(module)
+    try:
+        table = stream.execute(progress=False).to_arrow()
+    finally:
+        ray.cloudpickle.unregister_pickle_by_value(module)
+    assert table.sort_by("a").to_pylist() == [{"a": a, "y": 1} for a in (1, 2, 3)]
