@@ -30,8 +30,9 @@ from operators.errors import ActorflowError, ConfigurationError, JobFailedError
 from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCoordinator, JobCheckpoints
 from .checkpoints.storage import CheckpointError, CheckpointStorage
 
-from .job_graph import JobGraph, SourceNode
+from .job_graph import JobGraph, SourceNode, Stage
 from .job_report import job_html, job_text
+from .pickling import explain_unpicklable
 from .warm_workers import ACTOR_RUNTIME_ENV, learn_actor_env, prestart_workers
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
@@ -359,11 +360,15 @@ class _Attempt:
                     attempt=self.number,
                     restore=self.restore,
                 )
-                actor = _remote(OperatorActor, spec.instance_name, self.placement).remote(spec)
+                try:
+                    actor = _remote(OperatorActor, spec.instance_name, self.placement).remote(spec)
+                except Exception as error:
+                    self.kill()  # the actors of later stages, already made
+                    raise _unsendable(stages, error) from error
+                self.handles.append(actor)
                 self.names[actor] = spec.instance_name
                 tasks.append(spec.task)
                 actors.append(actor)
-            self.handles.extend(actors)
             self.stage_actors.insert(0, actors)
             for i, actor in enumerate(actors):
                 targets = None if downstream is None else (
@@ -559,6 +564,19 @@ def _cause(error: BaseException) -> BaseException:
 def _describe(error: BaseException) -> str:
     cause = _cause(error)
     return f"{type(cause).__name__}: {cause}".splitlines()[0][:500]
+
+
+def _unsendable(stages: list[Stage], error: Exception) -> Exception:
+    """A clear error for an actor's arguments that cannot be pickled, naming what cannot; else ``error``."""
+    for stage in stages:
+        for node in stage.nodes:
+            why = explain_unpicklable(node.factory) or explain_unpicklable(node.key)
+            if why is not None:
+                return ConfigurationError(
+                    f"operator {node.name!r} cannot be sent to its actors: {why}. Create such an object where "
+                    "the function runs: inside it, or in an AsyncFunction's open(), which runs in the actor"
+                )
+    return error
 
 
 # What Ray says when a worker cannot unpickle an actor's arguments: a function of the job comes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pyarrow as pa
@@ -180,3 +181,38 @@ def test_a_function_from_a_module_the_workers_cannot_import_fails_the_job_saying
     finally:
         ray.cloudpickle.unregister_pickle_by_value(module)
     assert table.sort_by("a").to_pylist() == [{"a": a, "y": 1} for a in (1, 2, 3)]
+
+
+_GUARD = threading.Lock()
+
+
+@pytest.mark.parametrize("checkpoints", [None, 60_000], ids=["plain", "checkpointed"])
+def test_a_function_that_cannot_be_pickled_fails_the_job_naming_it_and_leaves_no_actor(ray_session, tmp_path, checkpoints):
+    from ray.util.state import list_actors
+
+    from operators.errors import ConfigurationError
+
+    def stamp(row):
+        with _GUARD:  # a global that cannot be pickled, taken along with the function
+            return {**row, "stamped": True}
+
+    # Stages are made from the last to the first: the map's two instances exist when the
+    # first stage's actor cannot be sent.
+    job = f"unpicklable-function-{'plain' if checkpoints is None else 'checkpointed'}"
+    stream = (
+        from_arrow([pa.table({"a": [1, 2, 3]})], parallelism=1, job_name=job)
+        .map(stamp, name="stamp")
+        .rebalance(2)
+        .map(lambda row: row, name="after")
+    )
+    with pytest.raises(ConfigurationError) as failed:
+        stream.execute(progress=False, checkpoint_interval_ms=checkpoints, checkpoint_dir=str(tmp_path))
+    message = str(failed.value)
+    assert message.startswith("operator 'stamp' cannot be sent to its actors: function ")
+    assert "stamp refers to global '_GUARD', a _thread.lock: TypeError: cannot pickle '_thread.lock' object" in message
+
+    def alive() -> list[str]:
+        return [a.name for a in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000)
+                if a.name.startswith(f"{job}/")]
+
+    poll(lambda: not alive(), timeout_s=30)  # the stage after it was made, then killed
