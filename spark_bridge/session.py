@@ -7,6 +7,7 @@ RayDP works on JDK 17 and Spark's Python workers run the interpreter of this pro
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import re
@@ -18,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from cluster.warm_workers import prestart_task_workers
-from operators.errors import ActorflowError, ConfigurationError
+from operators.errors import ActorflowError, ConfigurationError, SchemaError
 from spark_bridge.console import drop_noise_from_ray_log_echo, stderr_of_children_filtered
 
 if TYPE_CHECKING:
@@ -251,7 +252,7 @@ def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
 
     Its session must be running (not stopped), and be either Spark on Ray (RayDP) with a live
     executor (without one, every Spark job of the session waits forever) or the session of a
-    running ``on_spark_cluster``.
+    running ``on_spark_cluster``. Its column names must be unique: its rows become dicts.
     """
     session = df.sparkSession
     context = session.sparkContext
@@ -259,6 +260,13 @@ def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
         raise SparkSessionError(
             f"{what} got a DataFrame of a Spark session that was stopped (stop_spark() or spark.stop()); "
             "build the DataFrame again in spark_session()"
+        )
+    twice = [(name, count) for name, count in collections.Counter(df.columns).items() if count > 1]
+    if twice:
+        name, count = twice[0]
+        raise SchemaError(
+            f"{what}: the DataFrame has column {name!r} {count} times; a row is a dict of its columns, so each "
+            "name must be unique: rename one (DataFrame.toDF(*names) or withColumnRenamed), or drop it"
         )
     master = context.master or ""
     if master.startswith("ray://"):

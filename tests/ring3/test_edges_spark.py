@@ -71,6 +71,18 @@ def test_odd_and_internal_looking_column_names_are_plain_columns(spark):
     assert letter["attempts"] == "attempts-3" and letter["dead_letter_attempts"] == 1
 
 
+def test_a_dataframe_with_a_column_name_twice_is_refused_before_any_job_naming_it(spark):
+    from pyspark.sql import functions as F
+
+    from operators import SchemaError
+
+    df = spark.range(3).select(F.col("id"), F.col("id"), F.lit("a").alias("s"))
+    for build in (lambda: enrich(df, lambda row: {"x": 1}, progress=False),
+                  lambda: from_spark(df).map(lambda row: row).to_spark(progress=False)):
+        with pytest.raises(SchemaError, match=r"has column 'id' 2 times; .* rename"):
+            build()
+
+
 def test_a_column_with_mixed_types_fails_naming_the_column_both_types_and_a_row(spark):
     async def mixed(row):
         return {"x": "s1" if row["id"] % 7 == 3 else row["id"]}
