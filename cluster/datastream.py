@@ -23,9 +23,9 @@ from operators.arrow_batch import ArrowBatchFunction
 from operators.async_attempt import CopyInputs
 from operators.async_batch_function import AsyncBatchFunction
 from operators.async_batch_operator import AsyncBatchWaitOperator, async_wait_batch
-from operators.async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout
+from operators.async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout, reject_async_generator
 from operators.async_wait_operator import AsyncWaitOperator
-from operators.errors import ConfigurationError, UserFunctionError
+from operators.errors import ConfigurationError, UserFunctionError, describe_value
 from operators.operator import FilterOperator, FlatMapOperator, MapOperator, StreamOperator
 from operators.retry import RetryStrategy
 
@@ -278,6 +278,7 @@ def _check_callable(fn: Any, what: str) -> None:
 def _function_kind(fn: Any) -> str:
     if isinstance(fn, AsyncFunction):
         return "async_function"
+    reject_async_generator(fn, describe_value(fn))
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
         return "coroutine"
     if callable(fn):

@@ -150,7 +150,7 @@ def _positional_count(method: Callable[..., Any]) -> int:
     return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
-def _reject_async_generator(fn: Any, what: str) -> None:
+def reject_async_generator(fn: Any, what: str) -> None:
     if inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None)):
         raise ConfigurationError(
             f"{what} is an async generator (async def with yield); expected an async def that returns one "
@@ -162,7 +162,7 @@ def as_async_batch_function(fn: Any) -> AsyncBatchFunction:
     """Accept an ``AsyncBatchFunction``, an object with ``async_invoke_batch``, or an ``async def f(values)``."""
     method = getattr(fn, "async_invoke_batch", None)
     if method is not None:
-        _reject_async_generator(method, f"{type(fn).__name__}.async_invoke_batch")
+        reject_async_generator(method, f"{type(fn).__name__}.async_invoke_batch")
         if inspect.iscoroutinefunction(method):
             count = _positional_count(method)
             if count not in (1, 2):
@@ -174,7 +174,7 @@ def as_async_batch_function(fn: Any) -> AsyncBatchFunction:
             return fn
         return _DuckBatchFunction(fn)
     if callable(fn):
-        _reject_async_generator(fn, describe_value(fn))
+        reject_async_generator(fn, describe_value(fn))
         return CoroutineBatchFunction(fn)
     raise ConfigurationError(
         f"expected an AsyncBatchFunction, an object with async_invoke_batch or an async def f(values), "

@@ -25,6 +25,8 @@ __all__ = [
     "FallbackOnTimeout",
     "ResultFuture",
     "as_async_function",
+    "awaitable_hint",
+    "reject_async_generator",
     "results_error",
 ]
 
@@ -128,8 +130,23 @@ def results_error(results: Any, what: str = "ResultFuture.complete()") -> Result
     ``what`` gave them: the argument of ``ResultFuture.complete()``, or what a coroutine returned.
     """
     if isinstance(results, (str, bytes, dict)) or not isinstance(results, (list, tuple)):
-        return ResultTypeError(f"{what} needs a list of results, got {type(results).__name__}: {describe_value(results)}")
+        return ResultTypeError(
+            f"{what} needs a list of results, got {type(results).__name__}: {describe_value(results)}"
+            f"{awaitable_hint(results)}"
+        )
     return None
+
+
+def awaitable_hint(value: Any) -> str:
+    """What to say of a result that is a coroutine (or another awaitable) nobody will await: the
+    function that returned it is not an ``async def`` itself, so it ran as a blocking one. A
+    coroutine is closed here, so that Python does not also warn that it was never awaited."""
+    if not inspect.isawaitable(value):
+        return ""
+    if inspect.iscoroutine(value):
+        value.close()
+    return ("; the function returned an awaitable without awaiting it (a lambda or a plain def around an "
+            "async call?): declare it async def and await the call")
 
 
 class AsyncFunction:
@@ -331,7 +348,9 @@ def _takes_future(method: Callable[..., Any], what: str) -> bool:
     return len(params) == 2
 
 
-def _reject_async_generator(fn: Any, what: str) -> None:
+def reject_async_generator(fn: Any, what: str) -> None:
+    """Fail with ``ConfigurationError`` if ``fn`` is an async generator function: it would yield
+    a stream where a request has one outcome."""
     if inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None)):
         raise ConfigurationError(
             f"{what} is an async generator (async def with yield); expected an async def that returns a list "
@@ -346,12 +365,12 @@ def as_async_function(fn: AsyncFunction | Callable[[Any], Any]) -> AsyncFunction
     coroutine is awaited. Async generators are rejected: a record has one outcome, not a stream.
     """
     if isinstance(fn, AsyncFunction):
-        _reject_async_generator(fn.async_invoke, f"{type(fn).__name__}.async_invoke")
-        _reject_async_generator(fn.timeout, f"{type(fn).__name__}.timeout")
+        reject_async_generator(fn.async_invoke, f"{type(fn).__name__}.async_invoke")
+        reject_async_generator(fn.timeout, f"{type(fn).__name__}.timeout")
         if inspect.iscoroutinefunction(fn.async_invoke) or inspect.iscoroutinefunction(fn.timeout):
             return AwaitedAsyncFunction(fn)
         return fn
     if callable(fn):
-        _reject_async_generator(fn, describe_value(fn))
+        reject_async_generator(fn, describe_value(fn))
         return CoroutineFunction(fn)
     raise ConfigurationError(f"expected an AsyncFunction or an async def function, got {type(fn).__name__}")

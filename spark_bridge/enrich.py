@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from operators.arrow_batch import ArrowBatchFunction
 from operators.async_attempt import CopyInputs
-from operators.async_function import CoroutineFunction
+from operators.async_function import CoroutineFunction, awaitable_hint, reject_async_generator
 from operators.errors import ConfigurationError, ResultTypeError, describe_value
 from operators.retry import RetryStrategy
 
@@ -90,6 +90,7 @@ def enrich(
         raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
     if not callable(fn) and not isinstance(fn, ArrowBatchFunction):
         raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
+    reject_async_generator(fn, describe_value(fn))
     wrapped = _merge_rows(cast(Callable[[dict[str, Any]], Any], fn))
     fallback_fn = None
     if fallback is not None:
@@ -221,7 +222,7 @@ def _check_dict(result: Any, row: dict[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(result, dict):
         raise ResultTypeError(
             f"the {what} function must return a dict of columns, got {type(result).__name__}: "
-            f"{describe_value(result)} for row {describe_value(row)}",
+            f"{describe_value(result)} for row {describe_value(row)}{awaitable_hint(result)}",
             value=row,
         )
     return result

@@ -192,6 +192,20 @@ def test_an_async_generator_is_rejected_when_the_operator_is_built():
             async_wait(fn, capacity=2)
 
 
+def test_a_coroutine_returned_by_a_plain_function_is_named_and_closed():
+    import asyncio
+
+    from operators.async_function import results_error
+
+    coroutine = asyncio.sleep(0, [1])
+    error = results_error(coroutine, "the return value of lookup")
+    assert error is not None
+    assert "needs a list of results, got coroutine" in str(error)
+    assert "declare it async def and await the call" in str(error)
+    assert coroutine.cr_frame is None  # closed: Python does not warn that it was never awaited
+    assert "await" not in str(results_error({"x": 1}, "the return value of lookup"))
+
+
 # ---------------------------------------------------------------------- a failed operator
 
 

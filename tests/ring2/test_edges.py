@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from cluster import from_arrow
+from operators.errors import ConfigurationError
 from tests.ring2.waiting import find_actor, poll
 
 pytestmark = pytest.mark.ray
@@ -190,8 +191,6 @@ _GUARD = threading.Lock()
 def test_a_function_that_cannot_be_pickled_fails_the_job_naming_it_and_leaves_no_actor(ray_session, tmp_path, checkpoints):
     from ray.util.state import list_actors
 
-    from operators.errors import ConfigurationError
-
     def stamp(row):
         with _GUARD:  # a global that cannot be pickled, taken along with the function
             return {**row, "stamped": True}
@@ -216,3 +215,12 @@ def test_a_function_that_cannot_be_pickled_fails_the_job_naming_it_and_leaves_no
                 if a.name.startswith(f"{job}/")]
 
     poll(lambda: not alive(), timeout_s=30)  # the stage after it was made, then killed
+
+
+def test_an_async_generator_is_rejected_by_async_map_which_would_take_it_for_a_blocking_function(ray_session):
+    async def streaming(value):
+        yield [value]
+
+    stream = from_arrow([pa.table({"a": [1]})], parallelism=1)
+    with pytest.raises(ConfigurationError, match=r"streaming at 0x\w+> is an async generator"):
+        stream.async_map(streaming)

@@ -83,6 +83,18 @@ def test_a_dataframe_with_a_column_name_twice_is_refused_before_any_job_naming_i
             build()
 
 
+def test_an_async_generator_or_a_plain_function_returning_a_coroutine_is_named(spark):
+    import asyncio
+
+    async def streaming(row):
+        yield {"x": 1}
+
+    with pytest.raises(ConfigurationError, match=r"streaming at 0x\w+> is an async generator"):
+        enrich(spark.range(3), streaming, progress=False)
+    with pytest.raises(JobFailedError, match="got coroutine.*declare it async def and await the call"):
+        enrich(spark.range(3), lambda row: asyncio.sleep(0, {"x": 1}), parallelism=1, progress=False)
+
+
 def test_a_column_with_mixed_types_fails_naming_the_column_both_types_and_a_row(spark):
     async def mixed(row):
         return {"x": "s1" if row["id"] % 7 == 3 else row["id"]}
