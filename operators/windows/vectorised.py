@@ -84,8 +84,18 @@ def why_not_vectorised(op: "WindowOperator", schema: pa.Schema | None = None) ->
             if pa.types.is_nested(schema.field(field).type):
                 return f"the key column {field!r} is of nested type {schema.field(field).type}"
         for part in _builtins(op) or []:
-            if part.field is not None and part.field not in schema.names:
+            if part.field is None:
+                continue
+            if part.field not in schema.names:
                 return f"the column {part.field!r} is not in the batch"
+            # What Arrow's group-by cannot aggregate, the per-record path does, or fails naming a record.
+            kind = schema.field(part.field).type
+            if part.kind in ("sum", "mean") and not (
+                    pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+                    or pa.types.is_boolean(kind)):
+                return f"{type(part).__name__}({part.field!r}) of a {kind} column has no Arrow kernel"
+            if part.kind in ("min", "max") and pa.types.is_nested(kind):
+                return f"{type(part).__name__}({part.field!r}) of a {kind} column has no Arrow kernel"
     return None
 
 

@@ -109,6 +109,31 @@ def test_what_falls_back_gives_the_same_result(make_op, reason):
 
 
 @pytest.mark.parametrize(
+    "part, column, outcome",
+    [
+        (Sum("s"), pa.array(["x", "y"]), "TypeError"),  # Python cannot add them either: the record is named
+        (Mean("s"), pa.array(["x", "y"]), "TypeError"),
+        (Min("s"), pa.array([[2, 1], [1]]), [1]),  # lists compare in Python, not in Arrow's group-by
+        (Max("s"), pa.array([[2, 1], [1]]), [2, 1]),
+    ],
+)
+def test_an_aggregation_arrow_cannot_compute_takes_the_per_record_path(part, column, outcome):
+    op = Spy("user", TumblingEventTimeWindows(10), aggregate=part)
+    h = OperatorHarness(op)
+    h.open()
+    table = pa.table({"user": ["a", "a"], "s": column, "ts": pa.array([1, 2], pa.int64())})
+    assert "has no Arrow kernel" in (why_not_vectorised(op, table.schema) or "")
+    if outcome == "TypeError":
+        with pytest.raises(Exception, match=r"aggregate function raised TypeError: .* on record \{'user': 'a', 's': '"):
+            op.process_batch(table, "ts")
+        return
+    op.process_batch(table, "ts")
+    h.process_watermark(100)
+    assert op.per_record == 2
+    assert h.output_values() == [{"user": "a", "window_start": 0, "window_end": 10, "result": outcome}]
+
+
+@pytest.mark.parametrize(
     "column, message",
     [
         (pa.array([1, None], pa.int64()), "column 'ts' holds nulls in 1 rows; event time needs a timestamp on every record"),
