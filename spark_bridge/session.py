@@ -252,7 +252,8 @@ def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
 
     Its session must be running (not stopped), and be either Spark on Ray (RayDP) with a live
     executor (without one, every Spark job of the session waits forever) or the session of a
-    running ``on_spark_cluster``. Its column names must be unique: its rows become dicts.
+    running ``on_spark_cluster``. It must be a batch DataFrame (not a streaming one), and its
+    column names must be unique: its rows become dicts.
     """
     session = df.sparkSession
     context = session.sparkContext
@@ -260,6 +261,12 @@ def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
         raise SparkSessionError(
             f"{what} got a DataFrame of a Spark session that was stopped (stop_spark() or spark.stop()); "
             "build the DataFrame again in spark_session()"
+        )
+    if df.isStreaming:
+        raise ConfigurationError(
+            f"{what} reads a DataFrame once, as a batch, and got a streaming one (readStream); enrich each "
+            "micro-batch instead: stream.writeStream.foreachBatch(lambda batch, epoch: "
+            "enrich(batch, fn).write.mode('append').parquet(path)).start()"
         )
     twice = [(name, count) for name, count in collections.Counter(df.columns).items() if count > 1]
     if twice:

@@ -175,3 +175,24 @@ def test_a_function_that_changes_its_row_does_not_change_what_its_retry_sees(spa
     out = enrich(df, careless, retry=FixedDelay(2, 1), parallelism=1, progress=False, timeout_ms=10_000)
     got = sorted((r.id, r.seen_name, r.seen_tags, r.attempt) for r in out.collect())
     assert got == [(i, f"n{i}", ["a"] if nested else None, 2) for i in range(6)]
+
+
+def test_a_streaming_dataframe_is_refused_and_the_foreach_batch_recipe_enriches_each_micro_batch(spark, tmp_path):
+    source = str(tmp_path / "in")
+    spark.range(30).repartition(2).write.parquet(source)
+    stream = spark.readStream.schema("id long").parquet(source)
+    with pytest.raises(ConfigurationError, match=r"got a streaming one \(readStream\); enrich each micro-batch.*foreachBatch"):
+        enrich(stream, lambda row: {"x": 1}, progress=False)
+
+    async def plus_one(row):
+        return {"x": row["id"] + 1}
+
+    sink = str(tmp_path / "out")
+    query = (stream.writeStream
+             .foreachBatch(lambda batch, epoch: enrich(batch, plus_one, progress=False).write.mode("append").parquet(sink))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True)
+             .start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert sorted(tuple(r) for r in spark.read.parquet(sink).collect()) == [(i, i + 1) for i in range(30)]
