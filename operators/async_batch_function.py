@@ -23,8 +23,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Sequence
 
-from .async_function import ResultFuture, errors_only
+from .async_function import ResultFuture, errors_only, reject_async_generator
 from .errors import AsyncTimeoutError, ConfigurationError, describe_value
+
+_BATCH_EXPECTED = "an async def that returns one result list per value"
 
 __all__ = ["AsyncBatchFunction", "CoroutineBatchFunction", "FallbackOnBatchTimeout", "as_async_batch_function"]
 
@@ -150,19 +152,11 @@ def _positional_count(method: Callable[..., Any]) -> int:
     return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
 
 
-def reject_async_generator(fn: Any, what: str) -> None:
-    if inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None)):
-        raise ConfigurationError(
-            f"{what} is an async generator (async def with yield); expected an async def that returns one "
-            "result list per value, got an async generator"
-        )
-
-
 def as_async_batch_function(fn: Any) -> AsyncBatchFunction:
     """Accept an ``AsyncBatchFunction``, an object with ``async_invoke_batch``, or an ``async def f(values)``."""
     method = getattr(fn, "async_invoke_batch", None)
     if method is not None:
-        reject_async_generator(method, f"{type(fn).__name__}.async_invoke_batch")
+        reject_async_generator(method, f"{type(fn).__name__}.async_invoke_batch", _BATCH_EXPECTED)
         if inspect.iscoroutinefunction(method):
             count = _positional_count(method)
             if count not in (1, 2):
@@ -174,7 +168,7 @@ def as_async_batch_function(fn: Any) -> AsyncBatchFunction:
             return fn
         return _DuckBatchFunction(fn)
     if callable(fn):
-        reject_async_generator(fn, describe_value(fn))
+        reject_async_generator(fn, describe_value(fn), _BATCH_EXPECTED)
         return CoroutineBatchFunction(fn)
     raise ConfigurationError(
         f"expected an AsyncBatchFunction, an object with async_invoke_batch or an async def f(values), "

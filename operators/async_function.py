@@ -348,13 +348,12 @@ def _takes_future(method: Callable[..., Any], what: str) -> bool:
     return len(params) == 2
 
 
-def reject_async_generator(fn: Any, what: str) -> None:
+def reject_async_generator(fn: Any, what: str, expected: str = "an async def that returns a list of results") -> None:
     """Fail with ``ConfigurationError`` if ``fn`` is an async generator function: it would yield
     a stream where a request has one outcome."""
     if inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(getattr(fn, "__call__", None)):
         raise ConfigurationError(
-            f"{what} is an async generator (async def with yield); expected an async def that returns a list "
-            "of results, got an async generator"
+            f"{what} is an async generator (async def with yield); expected {expected}, got an async generator"
         )
 
 
