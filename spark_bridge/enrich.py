@@ -90,7 +90,8 @@ def enrich(
         raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
     if not callable(fn) and not isinstance(fn, ArrowBatchFunction):
         raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
-    reject_async_generator(fn, describe_value(fn))
+    reject_async_generator(fn, describe_value(fn), "an async def or a plain function that returns a dict of new columns"
+                           if batch_size is None else "one that returns a list of one dict per row")
     wrapped = _merge_rows(cast(Callable[[dict[str, Any]], Any], fn))
     fallback_fn = None
     if fallback is not None:

@@ -90,11 +90,9 @@ def why_not_vectorised(op: "WindowOperator", schema: pa.Schema | None = None) ->
                 return f"the column {part.field!r} is not in the batch"
             # What Arrow's group-by cannot aggregate, the per-record path does, or fails naming a record.
             kind = schema.field(part.field).type
-            if part.kind in ("sum", "mean") and not (
-                    pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
-                    or pa.types.is_boolean(kind)):
-                return f"{type(part).__name__}({part.field!r}) of a {kind} column has no Arrow kernel"
-            if part.kind in ("min", "max") and pa.types.is_nested(kind):
+            summable = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind) \
+                or pa.types.is_boolean(kind)
+            if (part.kind in ("sum", "mean") and not summable) or (part.kind in ("min", "max") and pa.types.is_nested(kind)):
                 return f"{type(part).__name__}({part.field!r}) of a {kind} column has no Arrow kernel"
     return None
 
