@@ -66,8 +66,6 @@ def test_the_path_goes_through_wrappers_to_the_innermost_culprit():
 
 
 def test_actorflows_own_wrappers_are_left_out_of_the_path():
-    from cluster import from_arrow  # noqa: F401 - the factory is the DataStream's
-
     def lookup(row):
         with LOCK:
             return [row]

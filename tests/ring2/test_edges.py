@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from cluster import from_arrow
-from operators.errors import ConfigurationError
+from operators.errors import ConfigurationError, JobFailedError
 from tests.ring2.waiting import find_actor, poll
 
 pytestmark = pytest.mark.ray
@@ -124,8 +124,6 @@ def test_a_source_reader_that_dies_mid_job_fails_it_as_a_job_failure(ray_session
 
     import ray
 
-    from operators import JobFailedError
-
     async def slow(row):
         import asyncio
 
@@ -156,14 +154,12 @@ def test_a_source_reader_that_dies_mid_job_fails_it_as_a_job_failure(ray_session
 
 def test_a_function_from_a_module_the_workers_cannot_import_fails_the_job_saying_what_to_do(
         ray_session, tmp_path, monkeypatch):
-    # A module beside a notebook, put on the driver's path after Ray started: the driver imports
-    # it, the workers cannot. Its functions are pickled by reference, so the actors fail to
-    # unpickle their own constructor's arguments.
+    # A module found through a directory the driver put on its sys.path: the driver imports it,
+    # a local Ray's workers cannot. Its functions are pickled by reference, so the actors fail
+    # to unpickle their own constructor's arguments.
     import importlib
 
     import ray.cloudpickle
-
-    from operators.errors import JobFailedError
 
     name = "actorflow_driver_only_lookup"
     (tmp_path / f"{name}.py").write_text("async def lookup(row):\n    return [{**row, 'y': 1}]\n")
