@@ -180,8 +180,11 @@ def test_a_restarted_attempts_actors_start_in_standby_processes_of_the_job(ray_s
     stream = from_arrow([table.slice(0, 100), table.slice(100)], parallelism=2, job_name=name).async_map(
         held, name="echo")
     run = Background(lambda: stream.execute(progress=False, checkpoint_interval_ms=60_000, checkpoint_dir=str(tmp_path)))
-    first = poll(lambda: find_actor(f"{name}/echo[0/2]"), timeout_s=60)
-    ray.get(first.__ray_ready__.remote())
+    instances = [poll(lambda i=i: find_actor(f"{name}/echo[{i}/2]"), timeout_s=60) for i in range(2)]
+    # Both instances up, not just the first: an instance still waiting for its process would take
+    # one of the standby ones below, and a kill then would come during the first attempt's start.
+    ray.get([actor.__ray_ready__.remote() for actor in instances])
+    first = instances[0]
     # The coordinator and both instances took the workers that waited; two more come up for a restart.
     poll(lambda: _workers_up(job, 2, for_actors=True, fresh=2), timeout_s=120)
     before = _worker_pids()
