@@ -472,14 +472,20 @@ class _Attempt:
                          time.perf_counter() - started, figures, finished, progress_samples=list(self.samples))
 
     def dead_actor(self) -> str | None:
-        """The name of an actor of this attempt that died, or None if all are alive."""
+        """The name of an actor of this attempt that died, or None if all are alive.
+
+        Returns at the first dead one: the probe of an actor whose process is still starting
+        (a kill during the deploy) answers only once it has started, seconds later."""
         probes = {handle.__ray_ready__.remote(): handle for handle in self.handles}
-        ready, _ = ray.wait(list(probes), num_returns=len(probes), timeout=10)
-        for ref in ready:
+        pending, deadline = list(probes), time.monotonic() + 10
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
             try:
-                ray.get(ref)
+                ray.get(ready[0])
             except RayError:
-                return self.names[probes[ref]]
+                return self.names[probes[ready[0]]]
         return None
 
     def kill(self) -> None:
@@ -488,13 +494,19 @@ class _Attempt:
 
     def settle(self) -> None:
         """Collect the failed calls of a killed attempt, so that Ray does not report each one as
-        an unhandled error when it is dropped."""
-        ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=1.0, fetch_local=False)
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except RayError:
-                pass
+        an unhandled error when it is dropped: in a thread, for up to a second, while the next
+        attempt deploys."""
+        refs = self.refs
+
+        def collect() -> None:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=1.0, fetch_local=False)
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except RayError:
+                    pass
+
+        threading.Thread(target=collect, name=f"{self.job} settle #{self.number}", daemon=True).start()
 
 
 def _reader(source: SourceNode, blocks: list[Any], split: int) -> BlockReader:

@@ -360,3 +360,47 @@ def test_a_replayed_request_carries_the_idempotency_key_of_its_first_call(ray_se
     assert all(len(keys) == 1 for keys in seen.values()), {c: k for c, k in seen.items() if len(k) > 1}
     keys = [next(iter(k)) for k in seen.values()]
     assert len(set(keys)) == n and all(k.startswith("chaos-keys/async_map/") for k in keys)
+
+
+@ray.remote(num_cpus=0)
+class _Gate:
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+
+    async def wait(self) -> None:
+        await self.opened.wait()
+
+    async def open(self) -> None:
+        self.opened.set()
+
+
+@ray.remote(num_cpus=0)
+class _Starts:
+    def __init__(self, gate: Any = None) -> None:
+        if gate is not None:  # still starting until the gate opens
+            ray.get(gate.wait.remote())
+
+
+def test_the_dead_actor_of_an_attempt_is_named_without_waiting_for_one_still_starting(ray_session):
+    # A kill during a deploy: one instance is dead while another one's process still starts.
+    # The recovery must not wait for that one to answer (seconds on a busy machine) to learn
+    # which actor died.
+    from cluster.job import _Attempt
+
+    gate = _Gate.remote()
+    dead, starting = _Starts.remote(), _Starts.remote(gate)
+    ray.get(dead.__ray_ready__.remote())
+    ray.kill(dead, no_restart=True)
+    attempt = _Attempt.__new__(_Attempt)
+    attempt.handles = [starting, dead]
+    attempt.names = {starting: "job/op[0/2]", dead: "job/op[1/2]"}
+    named: list[str | None] = []
+    finder = threading.Thread(target=lambda: named.append(attempt.dead_actor()), daemon=True)
+    finder.start()
+    finder.join(8.0)  # the probes' own deadline is 10 s
+    try:
+        assert named == ["job/op[1/2]"]
+    finally:
+        ray.get(gate.open.remote())
+        ray.kill(starting, no_restart=True)
+        ray.kill(gate, no_restart=True)
