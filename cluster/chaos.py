@@ -236,15 +236,17 @@ class ChaosMonkey:
             wait = self.every_s if name is not None else min(self.every_s, 0.25)
 
     def _await_attempt_after(self, attempt: int) -> None:
+        # Between two attempts no instance is live: the old ones are gone, the new ones not made
+        # yet. A job that ends instead of restarting ends the wait through ``__exit__``.
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not self._stop.is_set():
             try:
                 names = live_instances(self.job)
             except Exception:  # noqa: BLE001 - the GCS is slow under load: ask again
                 names = None
-            if names is not None and (not names or any(attempt_of(n) > attempt for n in names)):
+            if names is not None and any(attempt_of(n) > attempt for n in names):
                 return
-            time.sleep(0.1)
+            self._stop.wait(0.1)
 
     def _strike(self) -> str | None:
         if self.moment is None:
