@@ -174,7 +174,7 @@ def draw_windows_and_stream(draw, *, lateness=None, operator=WindowOperator):
     offset = draw(st.integers(-(slide - 1), slide - 1))
     assigner = SlidingEventTimeWindows(size, slide, offset) if sliding else TumblingEventTimeWindows(size, offset)
     aggregate = draw(st.sampled_from(AGGREGATES))
-    key = draw(st.sampled_from(["user", ("user", "region")]))
+    key = draw(st.sampled_from(["user", ("user", "region"), "region"]))  # "region": one integer key
     lateness = draw(st.integers(0, 20)) if lateness is None else lateness
     tag = draw(st.sampled_from([None, "late"]))
     bound = draw(st.integers(0, 25))  # how far out of order records may be behind the largest so far
@@ -224,7 +224,7 @@ def test_vectorised_and_per_record_paths_agree(case):
 def sessions_and_streams(draw):
     gap = draw(st.integers(1, 15))
     aggregate = draw(st.sampled_from(AGGREGATES))
-    key = draw(st.sampled_from(["user", ("user", "region")]))
+    key = draw(st.sampled_from(["user", ("user", "region"), "region"]))  # "region": one integer key
     lateness = draw(st.integers(0, 20))
     tag = draw(st.sampled_from([None, "late"]))
     bound = draw(st.integers(0, 25))
