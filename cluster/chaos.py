@@ -236,17 +236,35 @@ class ChaosMonkey:
             wait = self.every_s if name is not None else min(self.every_s, 0.25)
 
     def _await_attempt_after(self, attempt: int) -> None:
-        # Between two attempts no instance is live: the old ones are gone, the new ones not made
-        # yet. A job that ends instead of restarting ends the wait through ``__exit__``.
+        """Wait until the attempt after ``attempt`` has started: its instances exist and have
+        started (each answers a call). A kill while their processes still start would cut the
+        recovery short: it would cost a restart and measure nothing.
+
+        Between two attempts no instance is live: the old ones are gone, the new ones not made
+        yet. A job that ends instead of restarting ends the wait through ``__exit__``.
+        """
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not self._stop.is_set():
+        newer: list[str] = []
+        while not newer and time.monotonic() < deadline and not self._stop.is_set():
             try:
-                names = live_instances(self.job)
+                newer = [n for n in live_instances(self.job) if attempt_of(n) > attempt]
             except Exception:  # noqa: BLE001 - the GCS is slow under load: ask again
-                names = None
-            if names is not None and any(attempt_of(n) > attempt for n in names):
-                return
-            self._stop.wait(0.1)
+                newer = []
+            if not newer:
+                self._stop.wait(0.1)
+        pending: list[Any] = []
+        for name in newer:
+            try:
+                pending.append(ray.get_actor(name, namespace=NAMESPACE).__ray_ready__.remote())
+            except ValueError:  # gone meanwhile: the job failed or ended
+                pass
+        while pending and time.monotonic() < deadline and not self._stop.is_set():
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except Exception:  # noqa: BLE001 - it died: the job restarts again, or fails
+                    pass
 
     def _strike(self) -> str | None:
         if self.moment is None:

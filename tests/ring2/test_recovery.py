@@ -404,3 +404,24 @@ def test_the_dead_actor_of_an_attempt_is_named_without_waiting_for_one_still_sta
         ray.get(gate.open.remote())
         ray.kill(starting, no_restart=True)
         ray.kill(gate, no_restart=True)
+
+
+def test_after_a_kill_the_monkey_waits_until_the_next_attempts_instances_have_started(ray_session):
+    # The next attempt's actors exist (named) at once, while their processes may take seconds to
+    # start. A kill in between would cut the recovery short: the interval counts from their start.
+    gate = _Gate.remote()
+    starting = _Starts.options(name="chaos-wait/op[0/1]@1", namespace="actorflow").remote(gate)
+    monkey = ChaosMonkey("chaos-wait", every_s=1.0, max_kills=1)
+    waiter = threading.Thread(target=monkey._await_attempt_after, args=(0,), daemon=True)
+    try:
+        waiter.start()
+        waiter.join(1.5)
+        assert waiter.is_alive(), "it went on while the next attempt's instance was still starting"
+        ray.get(gate.open.remote())
+        waiter.join(10.0)
+        assert not waiter.is_alive(), "it did not go on once the instance had started"
+    finally:
+        monkey._stop.set()
+        ray.get(gate.open.remote())
+        ray.kill(starting, no_restart=True)
+        ray.kill(gate, no_restart=True)
