@@ -254,12 +254,14 @@ def _standby(actors: int, after_s: float) -> threading.Timer:
 
 
 def _restore_point(job: str, coordinator: Any, attempt: int) -> int | None:
-    """The checkpoint that attempt ``attempt`` restores; a coordinator that died fails the job."""
+    """The checkpoint that attempt ``attempt`` restores; a coordinator that died, or could not
+    prepare the restore (its storage failed), fails the job."""
     try:
         return ray.get(coordinator.restore_point.remote(attempt))
     except RayError as error:
+        what = "could not prepare the restore" if isinstance(error, RayTaskError) else "died"
         raise JobFailedError(
-            f"job {job!r} failed: its checkpoint coordinator died, so no attempt can restore: {_describe(error)}"
+            f"job {job!r} failed: its checkpoint coordinator {what}, so no attempt can restore: {_describe(error)}"
         ) from _cause(error)
 
 

@@ -55,6 +55,43 @@ def test_an_incomplete_checkpoint_is_never_the_latest_and_is_discarded_at_start(
     assert storage.checkpoint_ids(complete_only=False) == [1]
 
 
+class _Straggling:
+    """A filesystem whose ``delete_dir`` fails ``failures`` times as if a late writer had just
+    added a file (errno 39), then deletes."""
+
+    def __init__(self, filesystem, failures):
+        self._filesystem, self.failures = filesystem, failures
+
+    def __getattr__(self, name):
+        return getattr(self._filesystem, name)
+
+    def delete_dir(self, path):
+        if self.failures:
+            self.failures -= 1
+            raise OSError(f"Cannot delete directory '{path}': Directory not empty")
+        self._filesystem.delete_dir(path)
+
+
+def test_an_incomplete_checkpoint_that_a_late_writer_refills_is_removed_on_a_later_try(storage):
+    # A task of a failed attempt may still write into an incomplete checkpoint while the
+    # restart removes it: that must not fail the restart.
+    storage.begin(1).complete()
+    storage.begin(2).write("enrich[0/1]", b"half")
+    storage.filesystem = _Straggling(storage.filesystem, failures=2)
+    assert storage.discard_incomplete() == [2]
+    assert storage.checkpoint_ids(complete_only=False) == [1]
+
+    pending = storage.begin(3)
+    pending.write("enrich[0/1]", b"half")
+    storage.filesystem.failures = 100  # a writer that never stops: the checkpoint stays for now
+    pending.abort()
+    assert storage.discard_incomplete() == []
+    assert storage.checkpoint_ids(complete_only=False) == [1, 3] and storage.latest().checkpoint_id == 1
+    storage.filesystem.failures = 0
+    assert storage.discard_incomplete() == [3]
+    assert storage.checkpoint_ids(complete_only=False) == [1]
+
+
 def test_an_aborted_checkpoint_leaves_no_files_and_takes_no_more_writes(storage):
     pending = storage.begin(1)
     pending.write("window[0/2]", b"x" * 100)

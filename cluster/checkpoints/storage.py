@@ -14,7 +14,8 @@ Every file is written under a temporary name and moved into place, so a reader n
 file, and a checkpoint whose writer died before ``_metadata`` is incomplete: ``latest()`` skips
 it, and ``discard_incomplete()`` (called when a job starts from the directory) removes it.
 ``abort()`` removes an incomplete checkpoint's files at once; ``retain(n)`` keeps the newest ``n``
-complete ones.
+complete ones. A writer of a failed attempt may still add a file while an incomplete checkpoint
+is removed: the removal tries again, and else leaves it for the next ``discard_incomplete()``.
 
 Example::
 
@@ -31,6 +32,7 @@ calls may come from any thread.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import uuid
@@ -45,6 +47,9 @@ from operators.errors import ActorflowError, ConfigurationError
 __all__ = ["CheckpointError", "CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint"]
 
 _METADATA = "_metadata"
+_DELETE_TRIES = 5  # for an incomplete checkpoint's directory, which a late writer may refill
+
+_log = logging.getLogger(__name__)
 _CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 
 
@@ -133,9 +138,28 @@ class CheckpointStorage:
         """Remove checkpoints whose writer never completed them (a crash mid-checkpoint)."""
         complete = set(self.checkpoint_ids())
         stale = [i for i in self.checkpoint_ids(complete_only=False) if i not in complete]
-        for checkpoint_id in stale:
-            self.filesystem.delete_dir(self._path(checkpoint_id))
-        return stale
+        return [checkpoint_id for checkpoint_id in stale if self._remove_incomplete(checkpoint_id)]
+
+    def _remove_incomplete(self, checkpoint_id: int) -> bool:
+        """Remove an incomplete checkpoint's directory; False if it stays.
+
+        A task of an attempt that failed may still be writing into it: a kill takes effect
+        moments after it was asked for. A delete that finds a file that came in between tries
+        again; one that keeps failing leaves the directory. Nothing reads an incomplete checkpoint,
+        and the next ``discard_incomplete`` removes it.
+        """
+        path = self._path(checkpoint_id)
+        for attempt in range(_DELETE_TRIES):
+            try:
+                if self.filesystem.get_file_info(path).type == pafs.FileType.Directory:
+                    self.filesystem.delete_dir(path)
+                return True
+            except OSError as error:
+                if attempt == _DELETE_TRIES - 1:
+                    _log.debug("incomplete checkpoint %s stays for now: %s", path, error)
+                    return False
+                time.sleep(0.05 * (attempt + 1))
+        return False
 
     def _path(self, checkpoint_id: int) -> str:
         return f"{self.directory}/chk-{checkpoint_id}"
@@ -189,9 +213,7 @@ class PendingCheckpoint:
         """Remove everything written for this checkpoint; a complete one cannot be aborted."""
         if self.storage._is_complete(self.checkpoint_id):
             raise CheckpointError(f"checkpoint {self.checkpoint_id} of job {self.storage.job!r} is complete; it cannot be aborted")
-        info = self.storage.filesystem.get_file_info(self.path)
-        if info.type == pafs.FileType.Directory:
-            self.storage.filesystem.delete_dir(self.path)
+        self.storage._remove_incomplete(self.checkpoint_id)
 
     def _check_open(self) -> None:
         if self.storage._is_complete(self.checkpoint_id):
