@@ -20,8 +20,9 @@ from tests.ring1.windows.test_vectorised import batch, draw_windows_and_stream
 def _pre_aggregated(make_op, steps, snapshot_at=None, one_by_one=frozenset(), halves=False):
     """Run ``steps`` with every batch pre-aggregated (where the operator allows it) and merged.
 
-    With ``halves``, a batch's partials arrive as two items, those of user "a" first, as from
-    two instances that each route their share of the keys here."""
+    With ``halves``, a batch's partials arrive as two items, those whose first key column holds
+    the first partial's value first, as from two instances that each route their share of the
+    keys here."""
     taken = []
 
     def feed(op, table):
@@ -31,7 +32,8 @@ def _pre_aggregated(make_op, steps, snapshot_at=None, one_by_one=frozenset(), ha
             return
         taken.append(table.num_rows)
         if halves:
-            is_a = pc.equal(partials.column("user"), "a")
+            first = partials.column(op.key_fields[0])
+            is_a = pc.equal(first, first[0])
             op.process_partials(partials.filter(is_a), table.num_rows)
             op.process_partials(partials.filter(pc.invert(is_a)), table.num_rows)
         else:
