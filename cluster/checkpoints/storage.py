@@ -47,10 +47,10 @@ from operators.errors import ActorflowError, ConfigurationError
 __all__ = ["CheckpointError", "CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint"]
 
 _METADATA = "_metadata"
+_CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 _DELETE_TRIES = 5  # for an incomplete checkpoint's directory, which a late writer may refill
 
 _log = logging.getLogger(__name__)
-_CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 
 
 def _file_name(task: str) -> str:
@@ -149,16 +149,16 @@ class CheckpointStorage:
         and the next ``discard_incomplete`` removes it.
         """
         path = self._path(checkpoint_id)
-        for attempt in range(_DELETE_TRIES):
+        for attempt in range(1, _DELETE_TRIES + 1):
             try:
                 if self.filesystem.get_file_info(path).type == pafs.FileType.Directory:
                     self.filesystem.delete_dir(path)
                 return True
             except OSError as error:
-                if attempt == _DELETE_TRIES - 1:
-                    _log.debug("incomplete checkpoint %s stays for now: %s", path, error)
-                    return False
-                time.sleep(0.05 * (attempt + 1))
+                failure = error
+                if attempt < _DELETE_TRIES:
+                    time.sleep(0.05 * attempt)
+        _log.debug("incomplete checkpoint %s stays for now: %s", path, failure)
         return False
 
     def _path(self, checkpoint_id: int) -> str:
