@@ -99,6 +99,10 @@ def test_status_shows_the_last_checkpoint_and_the_restarts_of_a_recovered_job(ra
     ray.kill(first, no_restart=True)
     restarted = poll(lambda: find_actor("steady-users/tag[0/2]@1"))
     poll(lambda: ray.get(restarted.checkpoints_done.remote()) >= 1)
+    # The restarted instance has written its part of a checkpoint; the job's checkpoint is
+    # complete once every instance has. Ids go on from the first attempt's, so this one is >= 2.
+    coordinator = find_actor("steady-users/checkpoint_coordinator[0/1]")
+    poll(lambda: (ray.get(coordinator.figures.remote())["last_completed"] or 0) >= 2)
     done = _actorflow("status", "--address", ray.get_runtime_context().gcs_address)
     # The test has seen what it needed: end the job now. Without its coordinator it cannot
     # restart, so killing an instance after it fails the job instead of replaying it.
