@@ -24,7 +24,8 @@ def group_aggregations(parts: list[BuiltinAggregate], base: list[tuple[str, str]
     specs: list[tuple[str, str, Any]] = [(column, function, None) for column, function in base]
     for p in parts:
         if p.kind in ("sum", "mean"):
-            specs.append((p.field or "", "sum", pc.ScalarAggregateOptions(min_count=0)))
+            # A group of nulls only sums to null, as Sum's accumulator stays None.
+            specs.append((p.field or "", "sum", pc.ScalarAggregateOptions(min_count=1)))
         if p.kind in ("min", "max"):
             specs.append((p.field or "", p.kind, None))
         if p.kind == "mean":

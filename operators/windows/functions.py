@@ -131,27 +131,37 @@ class Count(BuiltinAggregate):
         return a + b
 
 
+def _plus(a: Any, b: Any) -> Any:
+    """``a + b``, where None (no value yet) adds nothing. A first value is added to 0, so that a
+    value no number adds to (a string) fails at once, as it would after a number."""
+    if b is None:
+        return a
+    return 0 + b if a is None else a + b
+
+
 class Sum(BuiltinAggregate):
-    """The sum of a field's non-null values (0 for none).
+    """The sum of a field's non-null values; None where there are none, as Spark's ``sum`` and
+    SQL's ``SUM`` give (a window of nulls only sums to null, not to 0).
 
     >>> s = Sum(); s.get_result(s.add(3, s.add(None, s.create_accumulator())))
     3
+    >>> s.get_result(s.add(None, s.create_accumulator())) is None
+    True
     """
 
     kind = "sum"
 
     def create_accumulator(self) -> Any:
-        return 0
+        return None
 
     def add(self, value: Any, accumulator: Any) -> Any:
-        v = self._get(value)
-        return accumulator if v is None else accumulator + v
+        return _plus(accumulator, self._get(value))
 
     def get_result(self, accumulator: Any) -> Any:
         return accumulator
 
     def merge(self, a: Any, b: Any) -> Any:
-        return a + b
+        return _plus(a, b)
 
 
 class _Extreme(BuiltinAggregate):
@@ -215,14 +225,15 @@ class Mean(BuiltinAggregate):
 
     def add(self, value: Any, accumulator: tuple[Any, int]) -> tuple[Any, int]:
         v = self._get(value)
-        return accumulator if v is None else (accumulator[0] + v, accumulator[1] + 1)
+        return accumulator if v is None else (_plus(accumulator[0], v), accumulator[1] + 1)
 
     def get_result(self, accumulator: tuple[Any, int]) -> float | None:
         total, n = accumulator
         return total / n if n else None
 
     def merge(self, a: tuple[Any, int], b: tuple[Any, int]) -> tuple[Any, int]:
-        return (a[0] + b[0], a[1] + b[1])
+        # A partial of the Arrow path with no values has a null sum: (None, 0).
+        return (_plus(a[0], b[0]), a[1] + b[1])
 
 
 class Aggregations(AggregateFunction):

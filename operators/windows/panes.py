@@ -73,7 +73,8 @@ class Panes:
         self._rename: dict[str, str] = {}
         for spec in self._specs:
             name, function = f"{spec[0]}_{spec[1]}", merge[spec[1]]
-            self._merge_specs.append((name, function, pc.ScalarAggregateOptions(min_count=0)) if function == "sum" else (name, function))
+            # Partial sums that are all null (their rows held nulls only) merge to null.
+            self._merge_specs.append((name, function, pc.ScalarAggregateOptions(min_count=1)) if function == "sum" else (name, function))
             self._rename[f"{name}_{function}"] = name
 
     def __bool__(self) -> bool:

@@ -96,6 +96,19 @@ def test_tumbling_windows_equal_spark_group_by_window(spark, key, shuffled):
     assert ours == theirs
 
 
+def test_a_window_of_null_amounts_sums_to_null_as_in_spark(spark):
+    from pyspark.sql import functions as F
+
+    # Every amount of the users divisible by 5 is null, and one in four of the others': their
+    # windows sum to null, and to the sum of the rest, as Spark's sum() does.
+    rows = [(i, c, u, None if u % 5 == 0 or i % 4 == 0 else a, ms) for i, c, u, a, ms in _events(2_000, seed=6)]
+    df = _dataframe(spark, rows, shuffled=True).cache()
+    ours = _actorflow(df, "user_id", TumblingEventTimeWindows.of(size_ms=60_000))
+    theirs = _spark_windows(df, "user_id", F.window("ts", "1 minute"))
+    assert any(r[-1] is None for r in theirs) and any(r[-1] is not None for r in theirs)
+    assert ours == theirs
+
+
 @pytest.mark.parametrize("shuffled", [False, True], ids=["in_order", "shuffled"])
 @pytest.mark.parametrize("key", ["country", "user_id"])
 def test_sliding_windows_equal_spark_group_by_sliding_window(spark, key, shuffled):

@@ -73,11 +73,30 @@ def test_an_on_time_batch_never_takes_the_per_record_path():
         {"user": "a", "region": 1, "window_start": -10, "window_end": 10, "n": 1, "total": 5},
         {"user": "a", "region": 1, "window_start": 0, "window_end": 20, "n": 2, "total": 6},
         {"user": "b", "region": 1, "window_start": 0, "window_end": 20, "n": 1, "total": 7},
-        {"user": "a", "region": 2, "window_start": 0, "window_end": 20, "n": 1, "total": 0},  # a null adds nothing
+        {"user": "a", "region": 2, "window_start": 0, "window_end": 20, "n": 1, "total": None},  # nulls only: as Spark's sum
         {"user": "b", "region": 1, "window_start": 10, "window_end": 30, "n": 1, "total": 7},
         {"user": "a", "region": 1, "window_start": 10, "window_end": 30, "n": 1, "total": 1},
-        {"user": "a", "region": 2, "window_start": 10, "window_end": 30, "n": 1, "total": 0},
+        {"user": "a", "region": 2, "window_start": 10, "window_end": 30, "n": 1, "total": None},
     ]
+
+
+def test_a_window_of_nulls_only_sums_to_null_and_a_null_adds_nothing_on_both_paths():
+    # As Spark's sum() and SQL's SUM: null where no value is not null, else the sum of the others.
+    # Min, Max and Mean give null there too; Count counts the rows. Over two batches, so that a
+    # partial of nulls only merges with a later one, of values for "b" and of nulls for "a".
+    def make_op():
+        return WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Aggregations(
+            n=Count(), total=Sum("amount"), low=Min("amount"), high=Max("amount"), avg=Mean("amount")))
+
+    steps = [[("a", 0, None, 1), ("b", 0, None, 2), ("c", 0, 4, 3)], [("b", 0, 5, 4), ("a", 0, None, 5)], 100]
+    hs, hf, slow, fast = both(make_op, steps)
+    expected = [
+        {"user": "a", "window_start": 0, "window_end": 10, "n": 2, "total": None, "low": None, "high": None, "avg": None},
+        {"user": "b", "window_start": 0, "window_end": 10, "n": 2, "total": 5, "low": 5, "high": 5, "avg": 5.0},
+        {"user": "c", "window_start": 0, "window_end": 10, "n": 1, "total": 4, "low": 4, "high": 4, "avg": 4.0},
+    ]
+    assert hs.output_values() == expected
+    assert hf.output_values() == expected
 
 
 def test_late_rows_take_the_per_record_path_and_fire_or_go_aside():
