@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.ray  # a Ray cluster of its own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

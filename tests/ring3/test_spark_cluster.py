@@ -18,7 +18,11 @@ import pytest
 
 from spark_bridge.standalone import standalone_spark_cluster
 
-pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs java on PATH, and there is none")
+pytestmark = [
+    pytest.mark.spark,  # a Spark cluster and a Ray of its own
+    pytest.mark.ray,
+    pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs java on PATH, and there is none"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
