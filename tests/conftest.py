@@ -1,13 +1,13 @@
 """Shared fixtures: one local Ray and one Spark-on-Ray session for the whole run."""
 
+import pytest
+
 from tests._spark_fixtures import ray_session, spark  # noqa: F401
 
 
 def pytest_collection_modifyitems(items):
     # A test that uses the shared Ray or Spark carries its marker, whatever its file says, so
     # that `-m "not spark and not ray"` leaves out every test that starts them.
-    import pytest
-
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "spark" in names:

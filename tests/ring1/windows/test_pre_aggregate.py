@@ -33,9 +33,9 @@ def _pre_aggregated(make_op, steps, snapshot_at=None, one_by_one=frozenset(), ha
         taken.append(table.num_rows)
         if halves:
             first = partials.column(op.key_fields[0])
-            is_a = pc.equal(first, first[0])
-            op.process_partials(partials.filter(is_a), table.num_rows)
-            op.process_partials(partials.filter(pc.invert(is_a)), table.num_rows)
+            first_half = pc.equal(first, first[0])
+            op.process_partials(partials.filter(first_half), table.num_rows)
+            op.process_partials(partials.filter(pc.invert(first_half)), table.num_rows)
         else:
             op.process_partials(partials, table.num_rows)
 

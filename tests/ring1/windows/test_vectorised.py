@@ -89,7 +89,7 @@ def test_a_window_of_nulls_only_sums_to_null_and_a_null_adds_nothing_on_both_pat
             n=Count(), total=Sum("amount"), low=Min("amount"), high=Max("amount"), avg=Mean("amount")))
 
     steps = [[("a", 0, None, 1), ("b", 0, None, 2), ("c", 0, 4, 3)], [("b", 0, 5, 4), ("a", 0, None, 5)], 100]
-    hs, hf, slow, fast = both(make_op, steps)
+    hs, hf, _, _ = both(make_op, steps)
     expected = [
         {"user": "a", "window_start": 0, "window_end": 10, "n": 2, "total": None, "low": None, "high": None, "avg": None},
         {"user": "b", "window_start": 0, "window_end": 10, "n": 2, "total": 5, "low": 5, "high": 5, "avg": 5.0},
