@@ -44,7 +44,7 @@ once a driver has asked for task workers, every job of it tops them up as it end
 
 Neither request adds to what already waits: each counts the idle workers of its kind (idle or
 still starting) and asks for the rest, once at once and again once Ray has ended the ones it does
-not keep. A local Ray started by ``spark_bridge.ensure_ray`` keeps a worker that ran a task for a
+not keep, then a few times more while some are missing: the raylet may drop a start it accepted. A local Ray started by ``spark_bridge.ensure_ray`` keeps a worker that ran a task for a
 minute after (``spark_bridge.session.IDLE_WORKER_KEEP_MS``), where Ray ends it after a second:
 so the processes of one job's blocking calls serve the next job's, and only its actors'
 processes, which Ray never reuses, are new. On a machine of two cores a worker's start costs
@@ -77,6 +77,8 @@ _log = logging.getLogger(__name__)
 KEEP_ALIVE_S = 600
 CHUNK_INTERVAL_S = 0.2  # the least time between two chunks of a request
 CHUNK_WAIT_S = 10.0  # the most time a chunk waits for the processes of the one before
+RETRY_ROUNDS = 3  # more requests after the last, while workers are still missing
+RETRY_PAUSE_S = 2.0
 
 # The runtime environment of actorflow's actors: the job's, plus this variable.
 ACTOR_RUNTIME_ENV: dict[str, Any] = {"env_vars": {"ACTORFLOW_PROCESS": "actor"}}
@@ -175,13 +177,20 @@ def _top_up_in_thread(name: str, missing: Callable[[], int], settle_s: float,
                       request: Callable[[int], Any]) -> threading.Thread:
     """``request(missing())`` workers when any are missing, in a thread: at once, so that the
     processes start while the caller's job winds down rather than as the next one begins, and
-    again once Ray has ended the ones it does not keep (``settle_s``)."""
+    again once Ray has ended the ones it does not keep (``settle_s``).
+
+    A request the raylet accepts may still start nothing: it sets up the runtime environment
+    first, and drops the start if by then as many processes as it starts at once are starting
+    (on a busy machine, those of other jobs). So while workers are missing after that, it asks
+    again, ``RETRY_ROUNDS`` times at most, ``RETRY_PAUSE_S`` apart."""
 
     def top_up() -> None:
         try:
-            for pause in (0.0, settle_s):
+            for round_, pause in enumerate((0.0, settle_s, *(RETRY_PAUSE_S,) * RETRY_ROUNDS)):
                 time.sleep(pause)
                 wanted = missing()
+                if wanted <= 0 and round_ > 0:
+                    return
                 if wanted > 0 and ray.is_initialized():
                     request(wanted)
         except Exception as error:  # noqa: BLE001 - an optimisation only

@@ -304,3 +304,26 @@ def test_a_mark_of_a_dead_task_worker_does_not_pass_a_new_process_with_its_pid_f
 
     warm_workers._forget_gone_task_workers(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [this]
+
+
+def test_a_request_that_started_nothing_is_asked_again_while_workers_are_missing(ray_session, monkeypatch):
+    # The raylet may accept a request and start nothing (it drops a start while as many others
+    # are starting as it starts at once): the top-up asks again, a bounded number of times, and
+    # stops as soon as nothing is missing.
+    monkeypatch.setattr(warm_workers, "RETRY_PAUSE_S", 0.01)
+    asked = []
+
+    def top_up(still_missing):
+        counts = iter(still_missing)
+        asked.clear()
+        warm_workers._top_up_in_thread("test top-up", lambda: next(counts), 0.0, asked.append).join(10)
+        return list(asked)
+
+    # Dropped twice, then the third request's processes are there.
+    assert top_up([2, 2, 2, 0]) == [2, 2, 2]
+    # Up after the settle round: no more requests.
+    assert top_up([2, 0, 5]) == [2]
+    # Nothing missing at first, nor once Ray has settled: nothing asked.
+    assert top_up([0, 0, 5]) == []
+    # Never there: the two rounds and RETRY_ROUNDS more, then it gives up.
+    assert top_up([2] * 10) == [2] * (2 + warm_workers.RETRY_ROUNDS)
