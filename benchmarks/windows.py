@@ -7,7 +7,8 @@ counted and summed per key in tumbling 60 s windows, and in sessions with a 30 s
   -> result DataFrame, parallelism 2, the result materialised;
 - ``actorflow_stage_rps``: the keyed window stage alone, its input already in Ray's object store
   (``from_arrow``), from the job's start to its last output (actor start-up included), the best
-  of three runs as for pandas; ``stage_profile``: that run's wall time and the CPU time of each
+  of three runs as for pandas; ``stage_profile``: that run's wall time, its phases (the actors
+  created and connected, the run until they drained, the output gathered), and the CPU time of each
   instance's event loop thread and of its whole process (Ray's threads too), which say how much
   of the wall time an instance worked;
 - ``actorflow_per_record_rps``: the same stage with a user ``reduce``, which cannot be vectorised:
@@ -148,6 +149,7 @@ def actorflow_stage(
     elapsed = time.perf_counter() - started
     if profile is not None:
         profile.update(wall_ms=round(elapsed * 1000, 1),
+                       phases_ms={phase: round(s * 1000, 1) for phase, s in result.phases_s.items()},
                        event_loop_cpu_ms=[f["event_loop_cpu_ms"] for f in result.figures],
                        process_cpu_ms=[f["process_cpu_ms"] for f in result.figures])
     table = result.to_arrow()
@@ -233,6 +235,8 @@ def main(quick: bool, n_override: int | None) -> None:
                     print(f"{'':<28}{p['wall_ms']:>11,.0f} ms wall; CPU per instance: event loop "
                           f"{' / '.join(f'{ms:,.0f}' for ms in p['event_loop_cpu_ms'])} ms, process "
                           f"{' / '.join(f'{ms:,.0f}' for ms in p['process_cpu_ms'])} ms", flush=True)
+                    print(f"{'':<28}phases: " + ", ".join(f"{phase} {ms:,.0f} ms" for phase, ms in p["phases_ms"].items()),
+                          flush=True)
         figures["stage_vs_pandas"] = _ratio(figures["actorflow_stage_rps"], figures["pandas_rps"])
         figures["end_to_end_vs_spark"] = _ratio(figures["actorflow_rps"], figures["spark_rps"])
         figures["per_record_vs_stage"] = _ratio(figures["actorflow_per_record_rps"], figures["actorflow_stage_rps"])

@@ -49,7 +49,9 @@ class JobResult:
     ``tables`` holds one Arrow table ``ObjectRef`` per instance of the last stage, in order;
     they are owned by the caller and outlive the job's actors. ``progress_samples`` holds
     ``(seconds since the job started, input records done, requests in flight)`` about every
-    0.5 s while the job ran, the last at its end with every record done.
+    0.5 s while the job ran, the last at its end with every record done. ``phases_s`` says where
+    the time of its last attempt went: ``deploy`` (its actors created and connected), ``run``
+    (from then until every actor drained), ``collect`` (the output and the figures gathered).
 
     In a notebook it shows as a table (``_repr_html_``): its state, records in and out, elapsed
     time, throughput, the last watermark, restarts, checkpoints, and each operator with its
@@ -72,6 +74,7 @@ class JobResult:
     failures: list[str] = field(default_factory=list)  # "<actor>: <error>", one per restart
     checkpoints: dict[str, Any] | None = None  # the coordinator's figures
     progress_samples: list[tuple[float, int, int]] = field(default_factory=list)
+    phases_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def actor_processes(self) -> int:
@@ -322,8 +325,10 @@ class _Attempt:
         self.sources: list[Any] = []
         self.refs: list[Any] = []
         self.samples: list[tuple[float, int, int]] = []
+        self._times: dict[str, float] = {}  # perf_counter() as each phase ended (see JobResult.phases_s)
 
     def deploy(self) -> None:
+        self._times["started"] = time.perf_counter()
         graph, job = self.graph, self.job
         stages = graph.stages()
         source = graph.source
@@ -418,6 +423,7 @@ class _Attempt:
             starts = [a.start.remote() for a in operators]
         ray.get(starts)
         self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for a in operators]
+        self._times["deploy"] = time.perf_counter()
 
     def _drain(self, actor: Any) -> None:
         blocks: list[Any] = []
@@ -440,6 +446,7 @@ class _Attempt:
         operators = [a for actors in self.stage_actors for a in actors]
         _await_job(self.job, self.refs, self.stage_actors[0], operators, self.graph.source.total_rows, progress,
                    started, self.samples)
+        self._times["run"] = time.perf_counter()
 
     def result(
         self, started: float, side_tags: tuple[str, ...], on_finish: Callable[..., Any] | None,
@@ -470,8 +477,13 @@ class _Attempt:
         output_rows = sum(f["records_out"] for f in ray.get(stats_refs))
         if output is not None:
             output_rows = sum(t.num_rows for t in ray.get(tables) if t is not None)
+        times = self._times
+        times["collect"] = time.perf_counter()
+        phases = {phase: times[phase] - times[before] for before, phase in
+                  (("started", "deploy"), ("deploy", "run"), ("run", "collect"))}
         return JobResult(self.job, tables, schemas, side, self.graph.source.total_rows, output_rows,
-                         time.perf_counter() - started, figures, finished, progress_samples=list(self.samples))
+                         times["collect"] - started, figures, finished, progress_samples=list(self.samples),
+                         phases_s=phases)
 
     def dead_actor(self) -> str | None:
         """The name of an actor of this attempt that died, or None if all are alive.

@@ -41,6 +41,12 @@ def test_progress_is_sampled_without_a_bar_and_ends_with_every_record(ray_sessio
     during = [(d, f) for _, d, f in samples[:-1] if 0 < d < ROWS]
     assert during, samples  # some sample caught the job half-way
     assert all(1 <= f <= CAPACITY for _, f in during), during
+    # Where the time went: the run holds the 2 s of calls, and the phases add up to the whole.
+    phases = result.phases_s
+    assert list(phases) == ["deploy", "run", "collect"], phases
+    assert all(s > 0 for s in phases.values()), phases
+    assert phases["run"] >= ROWS / CAPACITY * 0.02, phases
+    assert sum(phases.values()) <= result.elapsed_s, (phases, result.elapsed_s)
 
 
 def test_the_figures_keep_the_last_watermark_after_the_end_of_input_ended_event_time(ray_session):
