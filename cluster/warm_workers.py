@@ -44,8 +44,9 @@ once a driver has asked for task workers, every job of it tops them up as it end
 
 Neither request adds to what already waits: each counts the idle workers of its kind (idle or
 still starting) and asks for the rest, once at once and again once Ray has ended the ones it does
-not keep, then a few times more while some are missing: the raylet may drop a start it accepted. A local Ray started by ``spark_bridge.ensure_ray`` keeps a worker that ran a task for a
-minute after (``spark_bridge.session.IDLE_WORKER_KEEP_MS``), where Ray ends it after a second:
+not keep, then a few times more while some are missing: the raylet may drop a start it accepted.
+A local Ray started by ``spark_bridge.ensure_ray`` keeps a worker that ran a task for a minute
+after (``spark_bridge.session.IDLE_WORKER_KEEP_MS``), where Ray ends it after a second:
 so the processes of one job's blocking calls serve the next job's, and only its actors'
 processes, which Ray never reuses, are new. On a machine of two cores a worker's start costs
 2-3 s of CPU; without this, a job of two instances of blocking calls would start six after it
