@@ -26,9 +26,15 @@ def test_a_slow_call_in_a_blocking_batch_times_out_alone(ray_session):
         time.sleep(8.0 if row["user"] in slow else 0.01)
         return [{**row, "how": "called"}]
 
-    # Warm the Ray workers that run blocking calls: the deadline is about the calls, and a worker
-    # process that starts on a loaded machine could take most of it.
-    from_arrow([pa.table({"user": [-1, -2]})], parallelism=1).async_map(lookup, capacity=2).execute(progress=False)
+    # Warm as many Ray workers for blocking calls as the job below keeps busy at once: the two
+    # whose tasks hold a hung call, and two for the tasks of the rows behind them. The deadline is
+    # about the calls, and a worker process that starts on a loaded machine could take most of it.
+    def hold(row):
+        time.sleep(1.0)  # four tasks of one call each, at once: four workers
+        return [row]
+
+    from_arrow([pa.table({"user": [-1, -2, -3, -4]})], parallelism=1).async_map(
+        hold, capacity=4, max_tasks=4).execute(progress=False)
     n = 100
     table = (
         from_arrow([pa.table({"user": list(range(n))})], parallelism=1, job_name="blocking-slow")
