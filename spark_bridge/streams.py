@@ -175,7 +175,8 @@ class SparkDataStream(DataStream):
 
     def get_side_output(self, tag: str) -> "DataFrame":
         """The records of side output ``tag`` (a window's late data) from the last ``to_spark()``,
-        with the columns and types of the input.
+        with the columns and types of the input, and those that operators before the window added
+        (inferred from the records: an empty side output has the input's columns alone).
 
         >>> counts = stream.key_by("country").window(w).side_output_late_data("late").count()  # doctest: +SKIP
         >>> df = counts.to_spark(); late = counts.get_side_output("late")                       # doctest: +SKIP
