@@ -33,7 +33,7 @@ from .checkpoints.storage import CheckpointError, CheckpointStorage
 from .job_graph import JobGraph, SourceNode, Stage
 from .job_report import job_html, job_text
 from .pickling import explain_unpicklable
-from .warm_workers import ACTOR_RUNTIME_ENV, learn_actor_env, prestart_workers
+from .warm_workers import ACTOR_RUNTIME_ENV, end_top_ups, learn_actor_env, prestart_workers
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
 
@@ -165,6 +165,7 @@ def run_job(
     job = validate_job_name(job_name or resumed or f"job-{uuid.uuid4().hex[:8]}")
     config = checkpoint if checkpoint is not None and checkpoint.enabled else None
     started = time.perf_counter()
+    end_top_ups()  # the last job's: this one takes what waits, and tops up as it ends
     placement: dict[str, Any] = {"num_cpus": actor_num_cpus, "resources": dict(actor_resources or {})}
     if config is None:
         attempt = _Attempt(graph, job, 0, None, None, None, output_schema, placement, stream_output=on_finish is not None)

@@ -70,7 +70,7 @@ from typing import Any, Callable
 
 import ray
 
-__all__ = ["ACTOR_RUNTIME_ENV", "TASK_WORKERS", "learn_actor_env", "prepare_worker",
+__all__ = ["ACTOR_RUNTIME_ENV", "TASK_WORKERS", "end_top_ups", "learn_actor_env", "prepare_worker",
            "prestart_task_workers", "prestart_workers", "top_up_task_workers"]
 
 _log = logging.getLogger(__name__)
@@ -90,6 +90,9 @@ TASK_WORKERS = 2
 #: How long after a job its idle workers are counted: Ray ends those beyond what it keeps about
 #: a second after they idle.
 TASK_SETTLE_S = 2.0
+
+# The latest top-up of each kind (``_top_up_in_thread``): an older one ends at its next round.
+_top_up_generations: dict[str, int] = {}
 
 # The Ray jobs of this driver that asked for workers for its tasks: each later job tops them up.
 _task_jobs: set[str] = set()
@@ -174,6 +177,14 @@ def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_AL
         lambda wanted: _request(address, bytes.fromhex(job), env, keep_alive_s, min(wanted, _startup_concurrency())))
 
 
+def end_top_ups() -> None:
+    """End the top-ups under way before their next round: a job that starts takes the workers
+    that wait, which they would count as missing and start again, and it tops up itself as it
+    ends."""
+    for name in list(_top_up_generations):
+        _top_up_generations[name] += 1
+
+
 def _top_up_in_thread(name: str, missing: Callable[[], int], settle_s: float,
                       request: Callable[[int], Any]) -> threading.Thread:
     """``request(missing())`` workers when any are missing, in a thread: at once, so that the
@@ -183,12 +194,18 @@ def _top_up_in_thread(name: str, missing: Callable[[], int], settle_s: float,
     A request the raylet accepts may still start nothing: it sets up the runtime environment
     first, and drops the start if by then as many processes as it starts at once are starting
     (on a busy machine, those of other jobs). So while workers are missing after that, it asks
-    again, ``RETRY_ROUNDS`` times at most, ``RETRY_PAUSE_S`` apart."""
+    again, ``RETRY_ROUNDS`` times at most, ``RETRY_PAUSE_S`` apart.
+
+    A newer top-up of the same ``name``, or a job that starts (``end_top_ups``), ends this one
+    before its next round."""
+    generation = _top_up_generations[name] = _top_up_generations.get(name, 0) + 1
 
     def top_up() -> None:
         try:
             for round_, pause in enumerate((0.0, settle_s, *(RETRY_PAUSE_S,) * RETRY_ROUNDS)):
                 time.sleep(pause)
+                if _top_up_generations.get(name) != generation:
+                    return
                 wanted = missing()
                 if wanted <= 0 and round_ > 0:
                     return

@@ -4,6 +4,7 @@ whatever Ray tasks ran in between."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pyarrow as pa
@@ -327,3 +328,35 @@ def test_a_request_that_started_nothing_is_asked_again_while_workers_are_missing
     assert top_up([0, 0, 5]) == []
     # Never there: the two rounds and RETRY_ROUNDS more, then it gives up.
     assert top_up([2] * 10) == [2] * (2 + warm_workers.RETRY_ROUNDS)
+
+
+def test_a_job_that_starts_ends_the_top_ups_of_the_jobs_before_it(ray_session, monkeypatch):
+    # A top-up that went on while the next job ran would count the workers that job took as
+    # missing, and start more: one or two processes too many for each job run back to back.
+    monkeypatch.setattr(warm_workers, "RETRY_PAUSE_S", 0.3)
+    asked = []
+    counted = threading.Event()
+
+    def missing():
+        counted.set()
+        return 2  # never there: the top-up would ask in each of its rounds
+
+    thread = warm_workers._top_up_in_thread("test top-up", missing, 0.3, asked.append)
+    assert counted.wait(5)
+    warm_workers.end_top_ups()  # as run_job does first
+    thread.join(10)
+    assert asked == [2]  # its first round only
+
+    # A newer top-up of the same kind ends the older one too, and goes on itself.
+    first_round = threading.Event()
+
+    def ask_older(n):
+        asked.append(n)
+        first_round.set()
+
+    older = warm_workers._top_up_in_thread("test top-up", missing, 0.3, ask_older)
+    assert first_round.wait(5)
+    newer = warm_workers._top_up_in_thread("test top-up", missing, 0.3, lambda n: asked.append(-n))
+    older.join(10)
+    newer.join(10)
+    assert asked.count(2) == 2 and asked.count(-2) == 2 + warm_workers.RETRY_ROUNDS, asked
