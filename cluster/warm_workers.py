@@ -45,6 +45,8 @@ once a driver has asked for task workers, every job of it tops them up as it end
 Neither request adds to what already waits: each counts the idle workers of its kind (idle or
 still starting) and asks for the rest, once at once and again once Ray has ended the ones it does
 not keep, then a few times more while some are missing: the raylet may drop a start it accepted.
+The next job ends those rounds as it starts (``end_top_ups``): it takes the workers that wait,
+which they would count as missing and start again, and its own end tops them up.
 A local Ray started by ``spark_bridge.ensure_ray`` keeps a worker that ran a task for a minute
 after (``spark_bridge.session.IDLE_WORKER_KEEP_MS``), where Ray ends it after a second:
 so the processes of one job's blocking calls serve the next job's, and only its actors'
