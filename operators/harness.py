@@ -5,10 +5,13 @@ default action feeds queued input to the operator, a manual clock for processing
 a private asyncio loop for ``async def`` functions. The test's thread is the mailbox thread.
 
 >>> from operators.operator import MapOperator
->>> h = OperatorHarness(MapOperator(lambda v: v + 1))
->>> h.process_element(1, timestamp_ms=10); h.process_watermark(10)
+>>> with OperatorHarness(MapOperator(lambda v: v + 1)) as h:
+...     h.process_element(1, timestamp_ms=10); h.process_watermark(10)
 >>> h.output
 [Record(value=2, timestamp_ms=10), Watermark(timestamp_ms=10)]
+
+Leaving the ``with`` block closes the harness (``close()``): the operators close, the requests
+still running are cancelled, and the event loop closes, however the block ended.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, Sequence
 from .clock import ManualClock
 from .coroutine_runner import AsyncioCoroutineRunner
 from .elements import Record, StreamElement, Watermark, WatermarkStatus
-from .errors import ActorflowError, ConfigurationError
+from .errors import ActorflowError, ConfigurationError, MailboxClosedError
 from .mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
 from .operator import OperatorChain, OperatorContext, StreamOperator
 from .timers import ManualProcessingTimeService
@@ -86,6 +89,7 @@ class OperatorHarness:
         self._input: deque[Any] = deque()
         self._suspension: Suspension | None = None
         self._opened = False
+        self._closed = False
         self._restore_state: Any = None
         self.auto_run = auto_run
         self.name = name
@@ -131,6 +135,8 @@ class OperatorHarness:
     # -------------------------------------------------------------------- input
 
     def open(self) -> None:
+        if self._closed:
+            raise MailboxClosedError("this harness is closed: feed, run and snapshot a new one")
         if not self._opened:
             self._opened = True
             self.chain.initialize_state(self._restore_state)
@@ -206,14 +212,28 @@ class OperatorHarness:
         self._restore_state = pickle.loads(snapshot)
 
     def close(self) -> list[Any]:
-        """Close the operators and the mailbox; returns the mails that never ran."""
-        self.chain.close()
-        dropped = self.processor.close()
-        for task in asyncio.all_tasks(self.loop):
-            task.cancel()
-        self.loop.run_until_complete(asyncio.sleep(0))
-        self.loop.close()
-        return dropped
+        """Close the operators and the mailbox; returns the mails that never ran.
+
+        The requests still running are cancelled and the event loop closes, even if an operator's
+        ``close`` raises. Closing again does nothing.
+        """
+        if self._closed:
+            return []
+        self._closed = True
+        try:
+            self.chain.close()
+            return self.processor.close()
+        finally:
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+            self.loop.run_until_complete(asyncio.sleep(0))  # each cancelled coroutine runs its cleanup
+            self.loop.close()
+
+    def __enter__(self) -> OperatorHarness:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # ---------------------------------------------------------------- internals
 
