@@ -89,7 +89,6 @@ class OperatorHarness:
         self._input: deque[Any] = deque()
         self._suspension: Suspension | None = None
         self._opened = False
-        self._closed = False
         self._restore_state: Any = None
         self.auto_run = auto_run
         self.name = name
@@ -135,7 +134,7 @@ class OperatorHarness:
     # -------------------------------------------------------------------- input
 
     def open(self) -> None:
-        if self._closed:
+        if self.loop.is_closed():  # close() closes it, whatever else failed
             raise MailboxClosedError("this harness is closed: feed, run and snapshot a new one")
         if not self._opened:
             self._opened = True
@@ -217,9 +216,8 @@ class OperatorHarness:
         The requests still running are cancelled and the event loop closes, even if an operator's
         ``close`` raises. Closing again does nothing.
         """
-        if self._closed:
+        if self.loop.is_closed():
             return []
-        self._closed = True
         try:
             self.chain.close()
             return self.processor.close()
