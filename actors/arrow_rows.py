@@ -156,24 +156,35 @@ def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
 def _timestamps(column: pa.Array | pa.ChunkedArray, kind: pa.TimestampType) -> list[Any]:
     ints = column.cast(pa.int64())
     scale = _MICROS[kind.unit]
-    if kind.tz is None and ints.null_count == 0 and len(ints) > 0:
+    if ints.null_count == 0 and len(ints) > 0:
         low, high = pc.min_max(ints).values()
         if _DATETIME_MIN_US <= low.as_py() * scale and high.as_py() * scale <= _DATETIME_MAX_US:
-            # numpy turns ticks into naive datetimes in C, ten times faster than Python; out of
-            # datetime's range it would give ints instead, so only within it.
-            return np.asarray(ints).astype(f"datetime64[{kind.unit}]").astype(object).tolist()  # type: ignore[no-any-return]
+            # numpy turns ticks into naive datetimes, or into timedeltas from the epoch, in C: ten
+            # and four times faster than Python per value. Out of datetime's range it would give
+            # ints instead, so only within it.
+            ticks = np.asarray(ints)
+            if kind.tz is None:
+                return ticks.astype(f"datetime64[{kind.unit}]").astype(object).tolist()  # type: ignore[no-any-return]
+            zone, utc_in_zone = _zone_epoch(kind)
+            shifted = map(utc_in_zone.__add__, ticks.astype(f"timedelta64[{kind.unit}]").astype(object).tolist())
+            return list(shifted) if kind.tz in _UTC_NAMES else list(map(zone.fromutc, shifted))
     ticks = ints.to_pylist()
     delta = datetime.timedelta  # (days, seconds, microseconds): positional is faster than keywords
     if kind.tz is None:
         epoch = _EPOCH
         return [None if t is None else epoch + delta(0, 0, t * scale) for t in ticks]
-    # The zone as pyarrow gives it; a UTC time moves into it as datetime.astimezone() does.
-    zone = pa.scalar(0, kind).as_py().tzinfo
-    utc_in_zone = _EPOCH.replace(tzinfo=zone)
+    zone, utc_in_zone = _zone_epoch(kind)
     if kind.tz in _UTC_NAMES:  # no offset, no fold: adding to the epoch is already fromutc()'s result
         return [None if t is None else utc_in_zone + delta(0, 0, t * scale) for t in ticks]
     from_utc = zone.fromutc
     return [None if t is None else from_utc(utc_in_zone + delta(0, 0, t * scale)) for t in ticks]
+
+
+def _zone_epoch(kind: pa.TimestampType) -> tuple[Any, datetime.datetime]:
+    """The zone of ``kind`` as pyarrow gives it, and the epoch in it. A UTC time moves into the
+    zone as ``datetime.astimezone()`` does: ``zone.fromutc(utc_in_zone + delta)``."""
+    zone = pa.scalar(0, kind).as_py().tzinfo
+    return zone, _EPOCH.replace(tzinfo=zone)
 
 
 def _dates(column: pa.Array | pa.ChunkedArray) -> list[Any]:
