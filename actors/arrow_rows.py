@@ -139,8 +139,9 @@ def column_values(column: pa.Array | pa.ChunkedArray) -> list[Any]:
 
     pyarrow builds each ``datetime`` value by value (2.5-3.7 µs a value for a UTC timestamp
     here, 0.7 µs for a date); timedelta arithmetic gives the same values, time zones and folds
-    in about 0.5 µs (0.4 µs for a date). Nanosecond timestamps, values out of ``datetime``'s
-    range and every other type are pyarrow's own.
+    in about 0.4 µs (0.4 µs for a date), and in about 0.09 µs where numpy makes the timedeltas (a
+    column without nulls). Nanosecond timestamps, values out of ``datetime``'s range and every
+    other type are pyarrow's own.
     """
     kind = column.type
     try:
