@@ -26,16 +26,16 @@ import datetime
 import decimal
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence, Union
 
 from .async_function import ResultFuture, results_error
 from .errors import RecordError, describe_value
 from .mailbox_processor import CoalescingInbox
 from .operator import OperatorContext, OperatorMetrics
-from .retry import RetryStrategy
+from .retry import NoRetry, RetryStrategy
 from .timers import DeadlineQueue, TimerHandle
 
-__all__ = ["COPIERS", "DEAD_LETTER", "AttemptHandler", "CopyInputs", "CoroutineCall", "DeadLetter", "copy_input", "copy_row"]
+__all__ = ["ATTEMPT_SLOTS", "COPIERS", "DEAD_LETTER", "AttemptHandler", "CopyInputs", "CoroutineCall", "DeadLetter", "copy_input", "copy_row"]
 
 #: The side output that receives dead letters.
 DEAD_LETTER = "dead_letter"
@@ -124,6 +124,7 @@ class _Operator(Protocol):
     retry: RetryStrategy
     completions: CoalescingInbox
     deadlines: DeadlineQueue
+    _failed: RecordError | None  # set once a record failed the operator
 
     @property
     def has_failed(self) -> bool: ...
@@ -141,6 +142,12 @@ class _State(enum.Enum):
 _RUNNING, _WAITING_RETRY, _TIMING_OUT, _DONE = _State.RUNNING, _State.WAITING_RETRY, _State.TIMING_OUT, _State.DONE
 
 
+#: The fields of an ``AttemptHandler``, which each concrete subclass has among its ``__slots__``.
+ATTEMPT_SLOTS = (
+    "op", "attempt", "deadline_ms", "state", "future", "timeout_timer", "retry_timer", "retry_due_ms", "deadline_passed",
+)
+
+
 class AttemptHandler:
     """Drives one unit through attempts, retries and its deadline, to exactly one outcome.
 
@@ -150,9 +157,11 @@ class AttemptHandler:
     ``failure``).
     """
 
-    __slots__ = (
-        "op", "attempt", "deadline_ms", "state", "future", "timeout_timer", "retry_timer", "retry_due_ms", "deadline_passed",
-    )
+    # No slots of its own, so that a subclass may also be a queue entry (``RecordEntry``, which
+    # has slots): each concrete subclass declares ``ATTEMPT_SLOTS`` among its own. (Hidden from
+    # mypy, which would take the empty slots for the class's only attributes.)
+    if not TYPE_CHECKING:
+        __slots__ = ()
 
     def __init__(self, op: _Operator, attempt: int, deadline_ms: int | None) -> None:
         self.op = op
@@ -185,6 +194,10 @@ class AttemptHandler:
 
     def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
         raise NotImplementedError
+
+    #: Whether ``check_results`` looks at anything: a subclass that overrides it sets this, and
+    #: the others save its call per attempt.
+    checks_results = False
 
     def check_results(self, results: Sequence[Any]) -> BaseException | None:
         """An error if the results do not have the expected shape; they count as a failure."""
@@ -249,14 +262,15 @@ class AttemptHandler:
     def on_attempt_complete(self, attempt: int, results: Sequence[Any] | None, error: BaseException | None) -> None:
         # A completion of an older attempt, or one that arrives after the timeout fired or after
         # the outcome was decided (or after the operator failed), must not produce an outcome.
-        if self.op.has_failed or self.state is not _RUNNING or attempt != self.attempt:
-            return
-        if error is None and results is not None:
+        if self.op._failed is not None or self.state is not _RUNNING or attempt != self.attempt:
+            return  # (_failed: has_failed without the property's call, once per request)
+        if error is None and results is not None and self.checks_results:
             error = self.check_results(results)
             if error is not None:
                 results = None
         strategy = self.op.retry
-        if strategy.can_retry(self.attempt) and self.should_retry(results, error):
+        # NoRetry never retries: its check is left out, once per request.
+        if type(strategy) is not NoRetry and strategy.can_retry(self.attempt) and self.should_retry(results, error):
             if self.deadline_passed:
                 # The deadline fired while this result was on its way; no attempt may start
                 # after it, so the timeout decides.
@@ -323,7 +337,7 @@ class AttemptHandler:
     def on_timeout_complete(self, results: Sequence[Any] | None, error: BaseException | None) -> None:
         if self.op.has_failed or self.state is not _TIMING_OUT:
             return
-        if error is None and results is not None:
+        if error is None and results is not None and self.checks_results:
             error = self.check_results(results)
         if error is not None:
             self.finish("failure", error)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Sequence
 
-from .async_attempt import AttemptHandler, CopyInputs
+from .async_attempt import ATTEMPT_SLOTS, AttemptHandler, CopyInputs
 from .async_batch_function import AsyncBatchFunction, FallbackOnBatchTimeout, as_async_batch_function
 from .async_function import ResultFuture
 from .async_queue_operator import AsyncQueueOperator, Pending
@@ -59,7 +59,7 @@ __all__ = ["AsyncBatchWaitOperator", "async_wait_batch"]
 class _BatchHandler(AttemptHandler):
     """One batch: its attempts call ``async_invoke_batch``, its deadline ``timeout_batch``."""
 
-    __slots__ = ("entries",)
+    __slots__ = (*ATTEMPT_SLOTS, "entries")
 
     op: "AsyncBatchWaitOperator"
 
@@ -103,6 +103,8 @@ class _BatchHandler(AttemptHandler):
 
     def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
         self.op.function.timeout_batch(inputs, future)
+
+    checks_results = True
 
     def check_results(self, results: Sequence[Any]) -> BaseException | None:
         n = len(self.entries)
@@ -366,6 +368,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
             entry.started_ms = now
         handler.start()
         return True
+
+    _makes_room = True
 
     def _make_room(self) -> None:
         if self._buffer and (self._flush_due or self._ending or len(self._buffer) >= self.batch_size):

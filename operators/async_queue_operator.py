@@ -18,7 +18,7 @@ Threading model: every method runs on the mailbox thread.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from .async_attempt import COPIERS, DEAD_LETTER, CopyInputs, DeadLetter
 from .elements import Record, Watermark
@@ -104,6 +104,8 @@ class AsyncQueueOperator(StreamOperator):
         self.deadlines = DeadlineQueue(self.context.processing_time)
         self._waiting: deque[Pending] = deque()
         self._failed = None
+        prefix = self.context.request_key_prefix
+        self._key_prefix = self.context.name if prefix is None else prefix
 
     def _replay_restored(self) -> None:
         """Replay what the snapshot held, in order; what does not fit waits for room."""
@@ -120,7 +122,10 @@ class AsyncQueueOperator(StreamOperator):
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
-        key = self._request_key(record)
+        # _request_key(), inlined: this runs once per record
+        sequence = self._sequence
+        self._sequence = sequence + 1
+        key = (self._key_prefix, record.origin, sequence)
         # As _add does, without a Pending for a record that starts at once.
         if self._waiting or not self._try_start_new(record, key):
             self._waiting.append(Pending(record, key=key))
@@ -130,6 +135,10 @@ class AsyncQueueOperator(StreamOperator):
 
     def is_blocked(self) -> bool:
         return bool(self._waiting)
+
+    def blocked_check(self) -> Callable[[], object]:
+        # The waiting elements' count, without a Python call: asked once per record.
+        return self._waiting.__len__
 
     def is_drained(self) -> bool:
         return not self._waiting and len(self.queue) == 0
@@ -189,22 +198,26 @@ class AsyncQueueOperator(StreamOperator):
         """A restored element keeps what was left of its deadline; a new one gets a full one."""
         if now is None:
             now = self.context.processing_time.now_ms()
-        if remaining_ms is not None:
-            return now + remaining_ms
-        return None if self.timeout_ms is None else now + self.timeout_ms
+        timeout_ms = self.timeout_ms if remaining_ms is None else remaining_ms
+        return None if timeout_ms is None else now + timeout_ms
 
     def _complete_entry(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:
         """Record the one outcome of ``entry``; a failure fails the operator or becomes a dead letter."""
         if kind == "failure":
-            error = self._record_error(entry.record, payload, attempts)
-            if self.on_error == "fail":
-                self.metrics.failures += 1
-                self._failed = error
-                raise error from payload
-            kind, payload = "dead_letter", error
+            kind, payload = "dead_letter", self._failure(entry, payload, attempts)
         entry.kind = kind
         entry.payload = payload
         self.queue.on_complete(entry)
+
+    def _failure(self, entry: RecordEntry, cause: BaseException, attempts: int) -> RecordError:
+        """The error of a record that failed for good: raised, failing the operator, with
+        ``on_error="fail"``; else returned, to leave as a dead letter."""
+        error = self._record_error(entry.record, cause, attempts)
+        if self.on_error == "fail":
+            self.metrics.failures += 1
+            self._failed = error
+            raise error from cause
+        return error
 
     def _record_error(self, record: Record, cause: BaseException, attempts: int) -> RecordError:
         what = f"record {describe_value(record.value)} (timestamp_ms={record.timestamp_ms}) failed after {attempts} attempt(s)"
@@ -222,23 +235,28 @@ class AsyncQueueOperator(StreamOperator):
         error.__cause__ = cause
         return error
 
+    #: Whether ``_make_room`` does anything: a per-record operator saves its call per completion.
+    _makes_room = False
+
     def _make_room(self) -> None:
-        """Called before waiting elements are let in; a subclass may start work that frees room."""
+        """Called before waiting elements are let in; a subclass may start work that frees room
+        (and sets ``_makes_room``)."""
 
     def _emit_completed(self, freed: bool = False) -> None:
         """Emit every completed head, then let waiting elements in as room frees."""
         if self._failed is not None:
             return  # the operator has failed: nothing more leaves it
+        pop_completed = self.queue.pop_completed
         while True:
-            while self.queue.has_completed_elements():
-                entry = self.queue.pop_completed()
+            while (entry := pop_completed()) is not None:
                 self._emit(entry)
                 if isinstance(entry, RecordEntry):
                     # Entry and handler refer to each other; break the cycle so that reference
                     # counting frees them now, not the cyclic garbage collector later.
                     entry.handler = None
                 freed = True
-            self._make_room()
+            if self._makes_room:
+                self._make_room()
             if not self._waiting:
                 break
             # Take it out before starting it: starting a watermark emits, which re-enters here.

@@ -40,36 +40,59 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Sequence
 
-from .async_attempt import DEAD_LETTER, AttemptHandler, CopyInputs, CoroutineCall, DeadLetter
-from .async_function import AsyncFunction, ResultFuture, as_async_function
+from .async_attempt import _RUNNING, ATTEMPT_SLOTS, DEAD_LETTER, AttemptHandler, CopyInputs, CoroutineCall, DeadLetter
+from .async_function import AsyncFunction, ResultFuture, as_async_function, results_error
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
 from .errors import ConfigurationError, RecordError
-from .request_keys import RequestKey, call_in_request, key_text
+from .request_keys import CURRENT_REQUEST, RequestKey, key_text
 from .retry import RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 
 __all__ = ["AsyncWaitOperator", "DEAD_LETTER", "DeadLetter", "async_wait"]
 
 
-class _ElementHandler(AttemptHandler):
-    """One record: its attempts call ``async_invoke``, its deadline calls ``timeout``."""
+class _RecordRequest(RecordEntry, AttemptHandler):
+    """One record: its entry in the queue, and the handler of its attempts, which call
+    ``async_invoke``, and of its deadline, which calls ``timeout``.
 
-    __slots__ = ("entry",)
+    One object for both, as they live and die together: a record costs one allocation less.
+    Its ``handler`` is itself until it is emitted.
+    """
+
+    __slots__ = ATTEMPT_SLOTS
 
     op: "AsyncWaitOperator"
 
-    def __init__(self, op: "AsyncWaitOperator", entry: RecordEntry, attempt: int, deadline_ms: int | None) -> None:
-        super().__init__(op, attempt, deadline_ms)
-        self.entry = entry
+    def __init__(
+        self, op: "AsyncWaitOperator", record: Record, key: RequestKey, started_ms: int, attempt: int, deadline_ms: int | None,
+    ) -> None:
+        # Every field set here, not through the bases' __init__: two calls less per record.
+        self.done = False
+        self.segment = None
+        self.record = record
+        self.key = key
+        self.started_ms = started_ms
+        self.handler = self
+        self.kind = None
+        self.payload = None
+        self.op = op
+        self.attempt = attempt
+        self.deadline_ms = deadline_ms
+        self.state = _RUNNING
+        self.future = None
+        self.timeout_timer = None
+        self.retry_timer = None
+        self.retry_due_ms = None
+        self.deadline_passed = False
 
     def prepare_inputs(self) -> Any:
-        record = self.entry.record
+        record = self.record
         copy = self.op.copy_input
         return record.value if copy is None else copy(record.value, record.timestamp_ms)
 
     def new_future(self, deliver: Callable[[Sequence[Any] | None, BaseException | None], None]) -> ResultFuture:
-        return ResultFuture(deliver, self.entry.key)
+        return ResultFuture(deliver, self.key)
 
     def call_function(self, inputs: Any, future: ResultFuture) -> None:
         self.op.function.async_invoke(inputs, future)
@@ -78,10 +101,19 @@ class _ElementHandler(AttemptHandler):
         self.op.function.timeout(inputs, future)
 
     def on_outcome(self, kind: str, payload: Any) -> None:
-        self.op._on_outcome(self.entry, kind, payload, self.attempt)
+        op = self.op
+        op._requests -= 1
+        # op._complete_entry(self, kind, payload, self.attempt), inlined: once per record
+        if kind == "failure":
+            kind, payload = "dead_letter", op._failure(self, payload, self.attempt)
+        self.kind = kind
+        self.payload = payload
+        op.queue.on_complete(self)
+        # A request slot is free now, even if the result waits for its turn in the queue.
+        op._emit_completed(freed=op.queue_capacity > op.capacity)
 
 
-class _CoroutineElementHandler(_ElementHandler):
+class _CoroutineRequest(_RecordRequest):
     """A record whose function is an ``async def`` (``AsyncFunction.direct_coroutine``): each
     attempt runs it on the coroutine runner, which reports straight to the handler.
 
@@ -92,7 +124,7 @@ class _CoroutineElementHandler(_ElementHandler):
     __slots__ = ("inputs",)
 
     def invoke(self) -> None:
-        op, record = self.op, self.entry.record
+        op, record = self.op, self.record
         copy = op.copy_input
         try:
             # prepare_inputs(), inlined: this runs once per request
@@ -105,24 +137,33 @@ class _CoroutineElementHandler(_ElementHandler):
         on_done = self.coroutine_ended
         if op._finish is not None:
             self.inputs, on_done = inputs, self.coroutine_returned
+        # call_in_request(), inlined. Making the coroutine runs none of its body; the task that
+        # runs it copies the context, and so the request's key, when it is submitted.
+        token = CURRENT_REQUEST.set((self.key, None))
         try:
-            # Making the coroutine runs none of its body; the task that runs it copies the
-            # context, and so the request's key, when it is submitted.
-            call.cancel = call_in_request(self.entry.key, None, op._runner_submit, op._coroutine(inputs), on_done)
+            call.cancel = op._runner_submit(op._coroutine(inputs), on_done)
         except Exception as error:  # the function raised instead of returning a coroutine
             self.coroutine_ended(None, error)
+        finally:
+            CURRENT_REQUEST.reset(token)
 
     def coroutine_returned(self, result: Any, error: BaseException | None) -> None:
         """``coroutine_ended`` with the function's ``direct_finish`` applied to what it returned,
         in the coroutine's task: an error it raises is the attempt's."""
-        call, finish = self.future, self.op._finish
-        if error is None and finish is not None and isinstance(call, CoroutineCall) and not call.done:
+        inputs, self.inputs = self.inputs, None
+        call = self.future
+        if not isinstance(call, CoroutineCall) or call.done or self.state is not _RUNNING:
+            return  # abandoned, as in coroutine_ended
+        if error is None:
             try:
-                result = finish(self.inputs, result)
+                result = self.op._finish(inputs, result)  # type: ignore[misc]
             except Exception as exc:
                 result, error = None, exc
-        self.inputs = None
-        self.coroutine_ended(result, error)
+        # coroutine_ended(), inlined: this runs once per request
+        call.done = True
+        if error is None and type(result) is not list:  # a list is right: no call to say so
+            error = results_error(result, "the return value of an async def")
+        self.op.completions.put(self.on_attempt_complete, self.attempt, None if error is not None else list(result), error)
 
 
 class AsyncWaitOperator(AsyncQueueOperator):
@@ -165,14 +206,15 @@ class AsyncWaitOperator(AsyncQueueOperator):
     def open(self) -> None:
         self._open_queue(self.queue_capacity)
         self._requests = 0  # records whose outcome is not decided yet
+        self._now_ms = self.context.processing_time.now_ms
         self.function.open(self.context)
         coroutine, runner = self.function.direct_coroutine(), self.context.coroutine_runner
-        self._handler_type: type[_ElementHandler] = _ElementHandler
+        self._request_type: type[_RecordRequest] = _RecordRequest
         self._finish: Callable[[Any, Any], Any] | None = None
         if coroutine is not None and runner is not None:
             self._coroutine, self._runner_submit = coroutine, runner.submit
             self._finish = self.function.direct_finish()
-            self._handler_type = _CoroutineElementHandler
+            self._request_type = _CoroutineRequest
         self._replay_restored()
 
     def close(self) -> None:
@@ -207,7 +249,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
                 items.append(("watermark", entry.watermark.timestamp_ms))
             else:
                 assert isinstance(entry, RecordEntry)
-                handler: _ElementHandler = entry.handler
+                handler: _RecordRequest = entry.handler
                 items.append((
                     "record", entry.record.value, entry.record.timestamp_ms, handler.snapshot_attempt(),
                     handler.remaining_ms(now), handler.retry_in_ms(now), entry.record.origin, key_text(entry.key),
@@ -227,22 +269,16 @@ class AsyncWaitOperator(AsyncQueueOperator):
     ) -> bool:
         if self._requests >= self.capacity:
             return False
-        now = self.context.processing_time.now_ms()
-        entry = RecordEntry(record, key, now)
-        if not self.queue.try_put(entry):
+        now = self._now_ms()
+        timeout_ms = self.timeout_ms if remaining_ms is None else remaining_ms  # _deadline(), inlined
+        request = self._request_type(self, record, key, now, attempt, None if timeout_ms is None else now + timeout_ms)
+        if not self.queue.try_put(request):
             return False
         self._requests += 1
-        entry.handler = handler = self._handler_type(self, entry, attempt, self._deadline(remaining_ms, now))
-        handler.start(retry_in_ms, now)
+        request.start(retry_in_ms, now)
         return True
 
     _try_start_new = _start  # a record just taken in: first attempt, full deadline
-
-    def _on_outcome(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:
-        self._requests -= 1
-        self._complete_entry(entry, kind, payload, attempts)
-        # A request slot is free now, even if the result waits for its turn in the queue.
-        self._emit_completed(freed=self.queue_capacity > self.capacity)
 
 
 def async_wait(

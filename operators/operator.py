@@ -135,6 +135,11 @@ class StreamOperator:
         """True while the operator cannot take another element (its queue is full)."""
         return False
 
+    def blocked_check(self) -> Callable[[], object]:
+        """A callable whose result is true exactly when ``is_blocked()`` is, for a caller that asks
+        once per record; valid until the operator is opened again."""
+        return self.is_blocked
+
     def is_drained(self) -> bool:
         """True when nothing is left in flight (checked after ``end_input``)."""
         return True
@@ -294,10 +299,10 @@ class OperatorChain:
                 return True
         return False
 
-    def blocked_check(self) -> Callable[[], bool]:
-        """``is_blocked``, or the one operator's own when the chain has one: the same answer for
-        a caller that asks once per record."""
-        return self.operators[0].is_blocked if len(self.operators) == 1 else self.is_blocked
+    def blocked_check(self) -> Callable[[], object]:
+        """``is_blocked``, or the one operator's own check when the chain has one: the same answer
+        for a caller that asks once per record."""
+        return self.operators[0].blocked_check() if len(self.operators) == 1 else self.is_blocked
 
     def end_input(self) -> None:
         self._ending = True

@@ -29,11 +29,10 @@ class OrderedQueue:
     def on_complete(self, entry: QueueEntry) -> None:
         entry.done = True
 
-    def has_completed_elements(self) -> bool:
-        return bool(self._entries) and self._entries[0].done
-
-    def pop_completed(self) -> QueueEntry:
-        return self._entries.popleft()
+    def pop_completed(self) -> QueueEntry | None:
+        """The head, taken out, if it has completed; else None."""
+        entries = self._entries
+        return entries.popleft() if entries and entries[0].done else None
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -47,6 +47,9 @@ RequestKey = Union[str, tuple[str, Optional[tuple[Any, ...]], int]]
 # its key while other requests run on the same loop. One variable, so that a request sets one.
 _request: ContextVar[tuple[RequestKey | None, tuple[RequestKey, ...] | None]] = ContextVar(
     "actorflow_request", default=(None, None))
+#: The variable itself, for a hot path that sets ``(key, None)`` and resets it as
+#: ``call_in_request`` does, without the call.
+CURRENT_REQUEST = _request
 
 
 def request_key(prefix: str, origin: tuple[Any, ...] | None, sequence: int) -> str:

@@ -62,11 +62,13 @@ class UnorderedQueue:
         if segment.incomplete.pop(id(entry), None) is not None:
             segment.completed.append(entry)
 
-    def has_completed_elements(self) -> bool:
-        return bool(self._segments) and bool(self._segments[0].completed)
-
-    def pop_completed(self) -> QueueEntry:
+    def pop_completed(self) -> QueueEntry | None:
+        """A completed entry of the first segment, taken out (the earliest completed); else None."""
+        if not self._segments:
+            return None
         segment = self._segments[0]
+        if not segment.completed:
+            return None
         entry = segment.completed.popleft()
         self._size -= 1
         if segment.is_empty():

@@ -256,7 +256,9 @@ def _merge_batches(fn: Any) -> Any:
 
 
 def _merge_row(row: dict[str, Any], result: Any) -> list[dict[str, Any]]:
-    return [{**row, **_check_dict(result, row, "enrich")}]
+    if not isinstance(result, dict):  # checked here, not by a call per row: _check_dict raises
+        _check_dict(result, row, "enrich")
+    return [{**row, **result}]
 
 
 def _merge_rows(fn: Callable[[dict[str, Any]], Any]) -> Any:
