@@ -233,3 +233,46 @@ def test_an_error_that_finish_raises_is_the_attempts_own_and_is_retried(path: st
     [letter] = h.side_outputs[DEAD_LETTER]
     assert letter.error_type == "ResultTypeError" and "expected a dict, got 'not a dict'" in letter.error
     assert letter.attempts == 2 and calls == [1, 1]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("mode", ["ordered", "unordered"])
+def test_a_record_in_flight_is_one_slotted_request_that_reference_counting_frees_once_emitted(mode: str, path: str) -> None:
+    import gc
+
+    gates: dict[str, asyncio.Event] = {}
+
+    async def gated(value: str) -> list[Any]:
+        gates[value] = asyncio.Event()
+        await gates[value].wait()
+        return [value.upper()]
+
+    op = async_wait(function(gated, path), mode=mode, capacity=1, timeout_ms=1_000, copy_inputs="shallow")
+    h = OperatorHarness(op)
+    h.process_element("a", timestamp_ms=1)
+    blocked = h.chain.blocked_check()  # once the operator is open, as the actor asks
+    h.process_element("b", timestamp_ms=2)  # waits for room
+    h.run_until_idle()
+    assert blocked() and op.is_blocked()
+    (request,) = list(op.queue)
+    # The queue entry is the attempt handler: one object, with no __dict__ behind its slots.
+    assert request.handler is request and request.record.value == "a"
+    assert not hasattr(request, "__dict__")
+    kind = type(request)
+    del request
+
+    def live_requests() -> list[Any]:
+        return [o.record.value for o in gc.get_objects() if type(o) is kind and o.op is op]
+
+    assert live_requests() == ["a"]
+    gc.disable()  # what frees it must be reference counting, not the cyclic collector
+    try:
+        gates["a"].set()
+        h.run_until_idle()
+        assert live_requests() == ["b"]  # "b" has started; "a" is gone
+    finally:
+        gc.enable()
+    assert not blocked() and not op.is_blocked()
+    gates["b"].set()
+    h.run_until_idle()
+    assert h.output_values() == ["A", "B"]
