@@ -195,9 +195,13 @@ class AttemptHandler:
     def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
         raise NotImplementedError
 
-    #: Whether ``check_results`` looks at anything: a subclass that overrides it sets this, and
-    #: the others save its call per attempt.
+    #: Whether ``check_results`` is overridden, and so looks at anything: the other subclasses
+    #: save its call per attempt. Set for each subclass as it is made.
     checks_results = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.checks_results = cls.check_results is not AttemptHandler.check_results
 
     def check_results(self, results: Sequence[Any]) -> BaseException | None:
         """An error if the results do not have the expected shape; they count as a failure."""

@@ -104,8 +104,6 @@ class _BatchHandler(AttemptHandler):
     def call_timeout(self, inputs: Any, future: ResultFuture) -> None:
         self.op.function.timeout_batch(inputs, future)
 
-    checks_results = True
-
     def check_results(self, results: Sequence[Any]) -> BaseException | None:
         n = len(self.entries)
         if len(results) != n:
@@ -368,8 +366,6 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
             entry.started_ms = now
         handler.start()
         return True
-
-    _makes_room = True
 
     def _make_room(self) -> None:
         if self._buffer and (self._flush_due or self._ending or len(self._buffer) >= self.batch_size):

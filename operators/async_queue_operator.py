@@ -235,12 +235,16 @@ class AsyncQueueOperator(StreamOperator):
         error.__cause__ = cause
         return error
 
-    #: Whether ``_make_room`` does anything: a per-record operator saves its call per completion.
+    #: Whether ``_make_room`` is overridden, and so does anything: the other subclasses save its
+    #: call per completion. Set for each subclass as it is made.
     _makes_room = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._makes_room = cls._make_room is not AsyncQueueOperator._make_room
+
     def _make_room(self) -> None:
-        """Called before waiting elements are let in; a subclass may start work that frees room
-        (and sets ``_makes_room``)."""
+        """Called before waiting elements are let in; a subclass may start work that frees room."""
 
     def _emit_completed(self, freed: bool = False) -> None:
         """Emit every completed head, then let waiting elements in as room frees."""

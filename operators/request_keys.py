@@ -45,11 +45,9 @@ RequestKey = Union[str, tuple[str, Optional[tuple[Any, ...]], int]]
 # The request being served: ``(key, keys)``, a record's key or a batch's keys. A task (and so a
 # coroutine on the runner) copies the context it was created in, so a request's coroutine keeps
 # its key while other requests run on the same loop. One variable, so that a request sets one.
-_request: ContextVar[tuple[RequestKey | None, tuple[RequestKey, ...] | None]] = ContextVar(
+# A hot path may set ``(key, None)`` and reset it itself, as ``call_in_request`` does.
+CURRENT_REQUEST: ContextVar[tuple[RequestKey | None, tuple[RequestKey, ...] | None]] = ContextVar(
     "actorflow_request", default=(None, None))
-#: The variable itself, for a hot path that sets ``(key, None)`` and resets it as
-#: ``call_in_request`` does, without the call.
-CURRENT_REQUEST = _request
 
 
 def request_key(prefix: str, origin: tuple[Any, ...] | None, sequence: int) -> str:
@@ -79,7 +77,7 @@ def current_request_key() -> str | None:
     >>> h.process_element("u1", origin=(0, 7)); h.run_until_idle(); h.output_values()
     [('u1', 'clicks/enrich/0.7')]
     """
-    key = _request.get()[0]
+    key = CURRENT_REQUEST.get()[0]
     return None if key is None else key_text(key)
 
 
@@ -94,7 +92,7 @@ def current_request_keys() -> list[str] | None:
     >>> h.output_values()
     [('a', 'p/0'), ('b', 'p/1')]
     """
-    keys = _request.get()[1]
+    keys = CURRENT_REQUEST.get()[1]
     return None if keys is None else [key_text(k) for k in keys]
 
 
@@ -106,8 +104,8 @@ def call_in_request(
     What ``fn`` starts in the current context (tasks, coroutines) keeps them; they are reset when
     ``fn`` returns, so they never leak into the next request served on this thread.
     """
-    token = _request.set((key, None if keys is None else tuple(keys)))
+    token = CURRENT_REQUEST.set((key, None if keys is None else tuple(keys)))
     try:
         return fn(*args)
     finally:
-        _request.reset(token)
+        CURRENT_REQUEST.reset(token)
