@@ -98,9 +98,11 @@ class AsyncQueueOperator(StreamOperator):
     def _open_queue(self, size: int) -> None:
         self.queue: OrderedQueue | UnorderedQueue = OrderedQueue(size) if self.mode == "ordered" else UnorderedQueue(size)
         # Outcomes of requests (and of timeouts) re-enter through the mailbox, in arrival order;
-        # a burst of them shares a mail.
+        # a burst of them shares a mail, and what they let out leaves at its end.
         self.completions = CoalescingInbox(self.context.mailbox_executor, f"{self.name}: async results",
-                                           per_mail=_COMPLETIONS_PER_MAIL)
+                                           per_mail=_COMPLETIONS_PER_MAIL, after=self._emit_deferred)
+        self._emit_pending = False  # outcomes recorded in this mail of completions, not emitted yet
+        self._outcome_frees = False  # an outcome frees a request slot even if its result must wait
         self.deadlines = DeadlineQueue(self.context.processing_time)
         self._waiting: deque[Pending] = deque()
         self._failed = None
@@ -214,6 +216,8 @@ class AsyncQueueOperator(StreamOperator):
         ``on_error="fail"``; else returned, to leave as a dead letter."""
         error = self._record_error(entry.record, cause, attempts)
         if self.on_error == "fail":
+            # What the burst's earlier outcomes let out leaves first, as if each had left at once.
+            self._emit_deferred()
             self.metrics.failures += 1
             self._failed = error
             raise error from cause
@@ -246,18 +250,36 @@ class AsyncQueueOperator(StreamOperator):
     def _make_room(self) -> None:
         """Called before waiting elements are let in; a subclass may start work that frees room."""
 
+    def _emit_deferred(self) -> None:
+        """Emit what the outcomes recorded in a mail of completions let out, once for them all."""
+        if self._emit_pending:
+            self._emit_pending = False
+            self._emit_completed(freed=self._outcome_frees)
+
     def _emit_completed(self, freed: bool = False) -> None:
         """Emit every completed head, then let waiting elements in as room frees."""
         if self._failed is not None:
             return  # the operator has failed: nothing more leaves it
         pop_completed = self.queue.pop_completed
+        collect = self.output.collect_value
+        metrics = self.metrics
         while True:
             while (entry := pop_completed()) is not None:
-                self._emit(entry)
                 if isinstance(entry, RecordEntry):
+                    payload = entry.payload
+                    if entry.kind != "dead_letter" and len(payload) == 1:
+                        # The usual case, here and not in _emit: one result, which keeps the
+                        # record's event time and origin.
+                        record = entry.record
+                        collect(payload[0], record.timestamp_ms, record.origin)
+                        metrics.records_out += 1
+                    else:
+                        self._emit(entry)
                     # Entry and handler refer to each other; break the cycle so that reference
                     # counting frees them now, not the cyclic garbage collector later.
                     entry.handler = None
+                else:
+                    self._emit(entry)
                 freed = True
             if self._makes_room:
                 self._make_room()
@@ -272,6 +294,8 @@ class AsyncQueueOperator(StreamOperator):
             self.context.signal_progress()
 
     def _emit(self, entry: Any) -> None:
+        """Emit a watermark, a dead letter, or a record's results (``_emit_completed`` emits a
+        single result itself)."""
         if isinstance(entry, WatermarkEntry):
             self.output.emit_watermark(entry.watermark)
             return
@@ -293,11 +317,9 @@ class AsyncQueueOperator(StreamOperator):
             return
         origin, timestamp_ms, payload = record.origin, record.timestamp_ms, entry.payload
         collect = self.output.collect_value
-        if len(payload) == 1:  # the usual case: one result, which keeps the record's origin
-            collect(payload[0], timestamp_ms, origin)
-        else:
-            for i, value in enumerate(payload):
-                collect(value, timestamp_ms, origin if i == 0 or origin is None else (*origin, i))
+        # The first result keeps the record's origin, the i-th after it gets origin + (i,).
+        for i, value in enumerate(payload):
+            collect(value, timestamp_ms, origin if i == 0 or origin is None else (*origin, i))
         self.metrics.records_out += len(payload)
 
     def _snapshot_waiting(self) -> list[tuple[Any, ...]]:

@@ -109,8 +109,13 @@ class _RecordRequest(RecordEntry, AttemptHandler):
         self.kind = kind
         self.payload = payload
         op.queue.on_complete(self)
+        if op.completions.running:
+            # Inside a mail of completions: what this outcome lets out leaves at the mail's end,
+            # with the others' (_emit_deferred): one pass over the queue and one wake-up a burst.
+            op._emit_pending = True
+            return
         # A request slot is free now, even if the result waits for its turn in the queue.
-        op._emit_completed(freed=op.queue_capacity > op.capacity)
+        op._emit_completed(freed=op._outcome_frees)
 
 
 class _CoroutineRequest(_RecordRequest):
@@ -205,6 +210,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
 
     def open(self) -> None:
         self._open_queue(self.queue_capacity)
+        self._outcome_frees = self.queue_capacity > self.capacity
         self._requests = 0  # records whose outcome is not decided yet
         self._now_ms = self.context.processing_time.now_ms
         self.function.open(self.context)

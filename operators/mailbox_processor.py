@@ -127,6 +127,11 @@ class CoalescingInbox:
     completions of many small requests, where a mail per completion costs more than the
     completion itself. Like ``execute_if_open``, a mailbox that no longer takes mails drops them.
 
+    ``after``, if given, runs at the end of each mail, once its calls have run: what a burst of
+    completions leads to (emitting the results they let out) is then done once for the burst,
+    not once per call. ``running`` is True while a mail's calls run, for a call that leaves its
+    consequences to ``after``. A call that raises fails the mail; ``after`` does not run then.
+
     >>> mb = TaskMailbox(); inbox = CoalescingInbox(MailboxExecutor(mb), "results", per_mail=2)
     >>> seen = []
     >>> for x in "abc": inbox.put(seen.append, x)
@@ -134,9 +139,11 @@ class CoalescingInbox:
     (1, None, ['a', 'b'], 1)
     """
 
-    __slots__ = ("_executor", "_description", "_per_mail", "_calls", "_posted")
+    __slots__ = ("_executor", "_description", "_per_mail", "_calls", "_posted", "_after", "running")
 
-    def __init__(self, executor: MailboxExecutor, description: str, per_mail: int = 64) -> None:
+    def __init__(
+        self, executor: MailboxExecutor, description: str, per_mail: int = 64, after: Callable[[], None] | None = None,
+    ) -> None:
         if per_mail < 1:
             raise ValueError(f"per_mail must be >= 1, got {per_mail}")
         self._executor = executor
@@ -146,6 +153,8 @@ class CoalescingInbox:
         # A mail is on its way. Two threads may both see it unset and put one each: the second
         # finds nothing left to run. The append comes first, so no call is ever left behind.
         self._posted = False
+        self._after = after
+        self.running = False
 
     def put(self, action: Callable[..., Any], *args: Any) -> None:
         """Run ``action(*args)`` on the mailbox thread, after the calls put before it."""
@@ -162,9 +171,15 @@ class CoalescingInbox:
         # Unset first: a call put while these run (from here or another thread) gets a mail.
         self._posted = False
         calls = self._calls
-        for _ in range(min(len(calls), self._per_mail)):
-            action, args = calls.popleft()
-            action(*args)
+        self.running = True
+        try:
+            for _ in range(min(len(calls), self._per_mail)):
+                action, args = calls.popleft()
+                action(*args)
+        finally:
+            self.running = False
+        if self._after is not None:
+            self._after()
         if calls and not self._posted:
             self._post()
 

@@ -262,6 +262,24 @@ def test_user_failure_fails_the_job_with_operator_record_and_cause():
     assert isinstance(error.__cause__, KeyError) and error.timestamp_ms == 9
 
 
+@pytest.mark.parametrize("mode", ["ordered", "unordered"])
+def test_a_failure_amid_a_burst_of_completions_lets_out_the_results_before_it_and_none_after(mode):
+    # The four completions share one mail of completions, whose results leave at its end: a
+    # record that fails the operator first lets out what the burst completed before it.
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, mode=mode, capacity=4))
+    for i, value in enumerate("abcd"):
+        h.process_element(value, timestamp_ms=i)
+    fn.complete("b")
+    fn.complete("a")
+    fn.fail("c", Permanent("400"))
+    fn.complete("d")
+    with pytest.raises(UserFunctionError, match="Permanent: 400"):
+        h.run_until_idle()
+    expected = [Record("a", 0), Record("b", 1)] if mode == "ordered" else [Record("b", 1), Record("a", 0)]
+    assert h.output == expected
+
+
 def test_async_invoke_that_raises_is_an_exceptional_completion():
     class Raising(Scripted):
         def async_invoke(self, value, result_future):
