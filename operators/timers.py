@@ -258,14 +258,8 @@ class DeadlineQueue:
     def cancel(self) -> None:
         """One item stopped waiting (its owner has set its ``timeout_timer`` to None)."""
         self._waiting -= 1
-        items = self._items
-        # _drop_finished_head(), inlined: once per request
-        while items and items[0].timeout_timer is not self:
-            items.popleft()
-        if not items and self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if len(items) > 2 * self._waiting + 64:
+        self._drop_finished_head()
+        if len(self._items) > 2 * self._waiting + 64:
             self._items = deque(item for item in self._items if item.timeout_timer is self)
 
     def _drop_finished_head(self) -> None:
