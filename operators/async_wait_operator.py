@@ -40,9 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Sequence
 
-from .async_attempt import (
-    _RUNNING, ATTEMPT_SLOTS, DEAD_LETTER, AttemptHandler, CopyInputs, CoroutineCall, DeadLetter, copy_row,
-)
+from .async_attempt import _RUNNING, ATTEMPT_SLOTS, DEAD_LETTER, AttemptHandler, CopyInputs, CoroutineCall, DeadLetter
 from .async_function import AsyncFunction, ResultFuture, as_async_function, results_error
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
@@ -52,8 +50,6 @@ from .retry import RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 
 __all__ = ["AsyncWaitOperator", "DEAD_LETTER", "DeadLetter", "async_wait"]
-
-_new_call = object.__new__  # an instance without its __init__: fields set by the caller
 
 
 class _RecordRequest(RecordEntry, AttemptHandler):
@@ -134,22 +130,15 @@ class _CoroutineRequest(_RecordRequest):
 
     def invoke(self) -> None:
         op, record = self.op, self.record
-        copy, value = op.copy_input, record.value
+        copy = op.copy_input
         try:
-            # prepare_inputs(), inlined: this runs once per request; so is copy_row's dict case
-            if copy is None:
-                inputs = value
-            elif copy is copy_row and type(value) is dict:
-                inputs = dict(value)
-            else:
-                inputs = copy(value, record.timestamp_ms)
+            # prepare_inputs(), inlined: this runs once per request
+            inputs = record.value if copy is None else copy(record.value, record.timestamp_ms)
         except RecordError as error:
             self.future = None  # final, as on the ResultFuture path
             op.completions.put(self.on_input_error, self.attempt, error)
             return
-        # CoroutineCall() without the call of its __init__
-        call = self.future = _new_call(CoroutineCall)
-        call.done, call.cancel = False, None
+        call = self.future = CoroutineCall()
         on_done = self.coroutine_ended
         if op._finish is not None:
             self.inputs, on_done = inputs, self.coroutine_returned
