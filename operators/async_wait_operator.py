@@ -45,7 +45,7 @@ from .async_function import AsyncFunction, ResultFuture, as_async_function, resu
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
 from .errors import ConfigurationError, RecordError
-from .request_keys import CURRENT_REQUEST, RequestKey, key_text
+from .request_keys import RequestKey, key_text
 from .retry import RetryStrategy
 from .stream_element_queue import RecordEntry, WatermarkEntry
 
@@ -142,15 +142,12 @@ class _CoroutineRequest(_RecordRequest):
         on_done = self.coroutine_ended
         if op._finish is not None:
             self.inputs, on_done = inputs, self.coroutine_returned
-        # call_in_request(), inlined. Making the coroutine runs none of its body; the task that
-        # runs it copies the context, and so the request's key, when it is submitted.
-        token = CURRENT_REQUEST.set((self.key, None))
+        # Making the coroutine runs none of its body; the task that runs it sets the request's
+        # key in its own context.
         try:
-            call.cancel = op._runner_submit(op._coroutine(inputs), on_done)
+            call.cancel = op._runner_submit(op._coroutine(inputs), on_done, self.key)
         except Exception as error:  # the function raised instead of returning a coroutine
             self.coroutine_ended(None, error)
-        finally:
-            CURRENT_REQUEST.reset(token)
 
     def coroutine_returned(self, result: Any, error: BaseException | None) -> None:
         """``coroutine_ended`` with the function's ``direct_finish`` applied to what it returned,
@@ -179,7 +176,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
 
     # Set at open() when the function is an ``async def`` that the operator runs itself.
     _coroutine: Callable[[Any], Any]
-    _runner_submit: Callable[[Any, Callable[[Any, BaseException | None], None]], Callable[[], Any]]
+    _runner_submit: Callable[[Any, Callable[[Any, BaseException | None], None], RequestKey], Callable[[], Any]]
 
     def __init__(
         self,

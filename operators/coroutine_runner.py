@@ -12,6 +12,8 @@ import asyncio
 import functools
 from typing import Any, Callable
 
+from .request_keys import CURRENT_REQUEST, RequestKey
+
 __all__ = ["AsyncioCoroutineRunner"]
 
 
@@ -27,15 +29,24 @@ class AsyncioCoroutineRunner:
         if loop.get_task_factory() is None and not loop.get_debug() and type(loop).create_task is asyncio.BaseEventLoop.create_task:
             self._new_task = functools.partial(asyncio.Task, loop=loop)
 
-    def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], Any]:
-        """Run ``coro``; ``on_done(result, error)`` gets its outcome. Returns what cancels it."""
+    def submit(
+        self, coro: Any, on_done: Callable[[Any, BaseException | None], None], key: RequestKey | None = None,
+    ) -> Callable[[], Any]:
+        """Run ``coro``; ``on_done(result, error)`` gets its outcome. Returns what cancels it.
+
+        ``key``: the record's idempotency key, which the coroutine then sees as its request's.
+        """
         # Reporting from inside the task saves the loop round of a done-callback per request.
         # The task copies the current context, so the coroutine keeps the idempotency key of the
         # request that submitted it while other requests run.
-        return self._new_task(_report(coro, on_done)).cancel
+        return self._new_task(_report(coro, on_done, key)).cancel
 
 
-async def _report(coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> None:
+async def _report(coro: Any, on_done: Callable[[Any, BaseException | None], None], key: RequestKey | None) -> None:
+    if key is not None:
+        # In the task's own copy of the context, which ends with it: nothing to reset, and one
+        # change of the context a request instead of a set and a reset around the submit.
+        CURRENT_REQUEST.set((key, None))
     try:
         result = await coro
     except asyncio.CancelledError:

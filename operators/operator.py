@@ -20,6 +20,7 @@ from .clock import Clock
 from .elements import Record, Watermark, WatermarkStatus
 from .errors import ConfigurationError, UserFunctionError, describe_value
 from .mailbox_processor import MailboxExecutor
+from .request_keys import RequestKey
 from .timers import ProcessingTimeService
 
 __all__ = [
@@ -57,10 +58,13 @@ class CoroutineRunner(Protocol):
     ``submit`` starts ``coro`` and calls ``on_done(result, error)`` on the mailbox thread's event
     loop when it ends; it returns a callable that cancels it. The coroutine runs in a copy of the
     context ``submit`` was called in, as an asyncio task does: that is how it sees the idempotency
-    key of its request (``current_request_key()``).
+    key of its request (``current_request_key()``); with ``key``, that key is the record's
+    ``key`` instead.
     """
 
-    def submit(self, coro: Any, on_done: Callable[[Any, BaseException | None], None]) -> Callable[[], Any]: ...
+    def submit(
+        self, coro: Any, on_done: Callable[[Any, BaseException | None], None], key: RequestKey | None = None,
+    ) -> Callable[[], Any]: ...
 
 
 @dataclass

@@ -45,7 +45,7 @@ RequestKey = Union[str, tuple[str, Optional[tuple[Any, ...]], int]]
 # The request being served: ``(key, keys)``, a record's key or a batch's keys. A task (and so a
 # coroutine on the runner) copies the context it was created in, so a request's coroutine keeps
 # its key while other requests run on the same loop. One variable, so that a request sets one.
-# A hot path may set ``(key, None)`` and reset it itself, as ``call_in_request`` does.
+# A record's coroutine on the runner gets ``(key, None)`` set in its task's own context instead.
 CURRENT_REQUEST: ContextVar[tuple[RequestKey | None, tuple[RequestKey, ...] | None]] = ContextVar(
     "actorflow_request", default=(None, None))
 

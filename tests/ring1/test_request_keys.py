@@ -188,6 +188,26 @@ def test_a_coroutine_keeps_its_own_key_while_other_requests_run_between_its_step
     assert current_request_key() is None
 
 
+def test_the_tasks_a_coroutine_starts_see_its_key_and_none_leaks_into_the_next_request():
+    async def part(name):
+        await asyncio.sleep(0)
+        return name, current_request_key()
+
+    async def lookup(value):
+        parts = await asyncio.gather(part("left"), part("right"))
+        return [(value, current_request_key(), parts)]
+
+    h = OperatorHarness(async_wait(lookup, capacity=2), request_key_prefix="p")
+    h.process_element("a", origin=(1,))
+    h.process_element("b", origin=(2,))
+    h.run_until_idle()
+    assert h.output_values() == [
+        ("a", "p/1", [("left", "p/1"), ("right", "p/1")]),
+        ("b", "p/2", [("left", "p/2"), ("right", "p/2")]),
+    ]
+    assert current_request_key() is None
+
+
 def test_an_async_def_timeout_reads_the_key_of_the_record_it_answers_for():
     class Hangs(AsyncFunction):
         async def async_invoke(self, value):
