@@ -10,11 +10,9 @@ user in sessions (gap 30 minutes), with late clicks in their own DataFrame.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
-import aiohttp
 import click
 
 from operators import ExponentialBackoff, exception_of_type
@@ -22,24 +20,13 @@ from operators.windows import Aggregations, Count, EventTimeSessionWindows, Max,
 from spark_bridge import enrich, from_spark, spark_session, stop_spark
 from spark_bridge.session import ensure_ray
 
-from .enrich_service import TransientServiceError, lookup_user
+from .enrich_service import TransientServiceError, http_session, lookup_user
 from .service_process import ServiceProcess
-
-_sessions: dict[int, aiohttp.ClientSession] = {}
-
-
-def _http(loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
-    # One connection pool per event loop (per operator actor), made on first use there.
-    session = _sessions.get(id(loop))
-    if session is None:
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None))
-        _sessions[id(loop)] = session
-    return session
 
 
 def make_profile_lookup(base_url: str) -> Any:
     async def profile(click_row: dict[str, Any]) -> dict[str, Any]:
-        user = await lookup_user(_http(asyncio.get_running_loop()), base_url, click_row["user_id"])
+        user = await lookup_user(http_session(), base_url, click_row["user_id"])
         return {
             "segment": user["segment"],
             "country": user["country"],

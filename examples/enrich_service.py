@@ -70,6 +70,7 @@ __all__ = [
     "EnrichmentServiceError",
     "TransientServiceError",
     "NotFoundError",
+    "http_session",
     "lookup_user",
     "user_profile",
     "SEGMENTS",
@@ -130,6 +131,26 @@ class TransientServiceError(EnrichmentServiceError):
 
 class NotFoundError(EnrichmentServiceError):
     """A 404 answer: the user does not exist, and a retry will not change that."""
+
+
+# One session per event loop, with the loop it belongs to: an id can be reused once a loop is gone.
+_http_sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
+
+
+def http_session() -> aiohttp.ClientSession:
+    """The running event loop's aiohttp session, made on its first use on that loop.
+
+    aiohttp wants one session for many requests: a session per request opens a new connection
+    per request. An operator actor runs one event loop, so each actor gets one connection pool,
+    for as long as it lives. The pool has no limit of its own: the operator's ``capacity``
+    bounds the requests in flight.
+    """
+    loop = asyncio.get_running_loop()
+    entry = _http_sessions.get(id(loop))
+    if entry is None or entry[0] is not loop or entry[1].closed:
+        entry = (loop, aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)))
+        _http_sessions[id(loop)] = entry
+    return entry[1]
 
 
 async def lookup_user(

@@ -19,6 +19,7 @@ from examples.enrich_service import (
     EnrichmentServiceError,
     NotFoundError,
     TransientServiceError,
+    http_session,
     lookup_user,
     user_profile,
 )
@@ -72,6 +73,27 @@ def test_transient_failures_happen_at_about_the_failure_rate() -> None:
     # Binomial(400, 0.2): mean 80, sd 8. +-24 is three sd.
     assert 56 <= len(failed) <= 104, len(failed)
     assert stats["by_status"] == {200: n - len(failed), 503: len(failed)}
+
+
+def test_http_session_is_one_per_event_loop_and_serves_many_lookups() -> None:
+    async def on_one_loop(url: str) -> tuple[aiohttp.ClientSession, bool, list[Any]]:
+        session = http_session()
+        profiles = await asyncio.gather(*(lookup_user(http_session(), url, u) for u in range(20)))
+        same = all(http_session() is session for _ in range(3))
+        await session.close()  # a closed session is replaced on the next call
+        replaced = http_session()
+        assert replaced is not session and not replaced.closed
+        await replaced.close()
+        return session, same, profiles
+
+    with EnrichmentService(latency_ms_median=1, failure_rate=0.0, hang_rate=0.0) as svc:
+        first, same_first, profiles = asyncio.run(on_one_loop(svc.url))
+        second, same_second, _ = asyncio.run(on_one_loop(svc.url))
+    assert same_first and same_second
+    assert first is not second  # a new loop gets a session of its own
+    assert profiles == [user_profile(u) for u in range(20)]
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        http_session()
 
 
 def test_negative_ids_are_not_found() -> None:
