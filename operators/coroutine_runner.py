@@ -38,7 +38,7 @@ class AsyncioCoroutineRunner:
         """
         # Reporting from inside the task saves the loop round of a done-callback per request.
         # The task copies the current context, so the coroutine keeps the idempotency key of the
-        # request that submitted it while other requests run.
+        # request that submitted it while other requests run; ``key`` is set in that copy.
         return self._new_task(_report(coro, on_done, key)).cancel
 
 
