@@ -59,6 +59,7 @@ import asyncio
 import math
 import random
 import threading
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -133,8 +134,9 @@ class NotFoundError(EnrichmentServiceError):
     """A 404 answer: the user does not exist, and a retry will not change that."""
 
 
-# One session per event loop, with the loop it belongs to: an id can be reused once a loop is gone.
-_http_sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
+# One session per event loop, keyed by the loop itself: an id could be reused once a loop is gone.
+_http_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession]
+_http_sessions = weakref.WeakKeyDictionary()
 
 
 def http_session() -> aiohttp.ClientSession:
@@ -146,11 +148,11 @@ def http_session() -> aiohttp.ClientSession:
     bounds the requests in flight.
     """
     loop = asyncio.get_running_loop()
-    entry = _http_sessions.get(id(loop))
-    if entry is None or entry[0] is not loop or entry[1].closed:
-        entry = (loop, aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)))
-        _http_sessions[id(loop)] = entry
-    return entry[1]
+    session = _http_sessions.get(loop)
+    if session is None or session.closed:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None)
+        session = _http_sessions[loop] = aiohttp.ClientSession(connector=connector)
+    return session
 
 
 async def lookup_user(
