@@ -6,7 +6,7 @@ about a second for two, on the critical path of the job's start. Ray prestarts w
 starts, but only the session's first job finds them.
 
 When a job's actors go, ``prestart_workers(n)`` asks the local raylet to start ``n`` Python
-workers for this driver's Ray job and keep them idle for ``keep_alive_s``; the next job's actors
+workers for this driver's Ray job and keep them idle for ``KEEP_ALIVE_S``; the next job's actors
 take them, ready in a fraction of the time. The request is the raylet's own ``PrestartWorkers``
 call, which Ray 2.50's Python API does not expose yet.
 
@@ -45,6 +45,9 @@ once a driver has asked for task workers, every job of it tops them up as it end
 Neither request adds to what already waits: each counts the idle workers of its kind (idle or
 still starting) and asks for the rest, once at once and again once Ray has ended the ones it does
 not keep, then a few times more while some are missing: the raylet may drop a start it accepted.
+A prestarted worker that no job took lives ``KEEP_ALIVE_S``; once less than ``LIFE_LEFT_S`` of
+that is left, it no longer counts, and the next top-up starts one in its place: otherwise the
+next job could find its worker ended by Ray just before it came.
 The next job ends those rounds as it starts (``end_top_ups``): it takes the workers that wait,
 which they would count as missing and start again, and its own end tops them up.
 A local Ray started by ``spark_bridge.ensure_ray`` keeps a worker that ran a task for a minute
@@ -68,7 +71,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import ray
 
@@ -78,6 +81,10 @@ __all__ = ["ACTOR_RUNTIME_ENV", "TASK_WORKERS", "end_top_ups", "learn_actor_env"
 _log = logging.getLogger(__name__)
 
 KEEP_ALIVE_S = 600
+#: A prestarted worker counts as waiting only while it has at least this long to live. Ray ends
+#: one whose keep-alive is over once the node has more workers than its soft limit (one per CPU),
+#: perhaps just as the next job comes for it; so an older one is replaced ahead of time.
+LIFE_LEFT_S = KEEP_ALIVE_S // 2
 CHUNK_INTERVAL_S = 0.2  # the least time between two chunks of a request
 CHUNK_WAIT_S = 10.0  # the most time a chunk waits for the processes of the one before
 RETRY_ROUNDS = 3  # more requests after the last, while workers are still missing
@@ -113,8 +120,7 @@ def learn_actor_env(actor: Any) -> None:
             _actor_env[key] = actor.actor_runtime_env.remote()
 
 
-def prestart_workers(actors: int, tasks: int = 0, keep_alive_s: int = KEEP_ALIVE_S,
-                     settle_s: float = TASK_SETTLE_S) -> threading.Thread | None:
+def prestart_workers(actors: int, tasks: int = 0, settle_s: float = TASK_SETTLE_S) -> threading.Thread | None:
     """Have idle Python workers of the actors' runtime environment wait on the local node for
     the next job: ``actors`` for its actors, and ``tasks`` more for their Ray tasks (blocking
     calls), from a background thread; None if that cannot apply.
@@ -123,7 +129,8 @@ def prestart_workers(actors: int, tasks: int = 0, keep_alive_s: int = KEEP_ALIVE
     ``prestart_task_workers`` does for the driver's, and asks for the rest. A worker that ran
     blocking calls serves tasks only (Ray starts no actor in it), so it counts for ``tasks``
     alone: the workers of the last job's blocking calls, which a local Ray keeps for a while,
-    serve the next job's instead of new ones. An idle prestarted worker exits after ``keep_alive_s``.
+    serve the next job's instead of new ones. An idle prestarted worker exits after ``KEEP_ALIVE_S``;
+    one with less than ``LIFE_LEFT_S`` left counts for nothing.
     """
     if actors + tasks <= 0 or not ray.is_initialized():
         return None
@@ -146,11 +153,10 @@ def prestart_workers(actors: int, tasks: int = 0, keep_alive_s: int = KEEP_ALIVE
     # The raylet's answer takes tens of ms, and the processes seconds: the job that asks ends
     # without waiting for either.
     return _top_up_in_thread("actorflow prestart", missing, settle_s,
-                             lambda wanted: _request_chunks(address, bytes.fromhex(job), env, keep_alive_s, wanted))
+                             lambda wanted: _request_chunks(address, bytes.fromhex(job), env, wanted))
 
 
-def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_ALIVE_S,
-                          settle_s: float = TASK_SETTLE_S) -> threading.Thread | None:
+def prestart_task_workers(count: int = TASK_WORKERS, settle_s: float = TASK_SETTLE_S) -> threading.Thread | None:
     """Have at least ``count`` idle Python workers for this driver's Ray tasks (its own runtime
     environment) wait on the local node, from a background thread; None if that cannot apply.
 
@@ -176,7 +182,7 @@ def prestart_task_workers(count: int = TASK_WORKERS, keep_alive_s: int = KEEP_AL
 
     return _top_up_in_thread(
         "actorflow prestart tasks", lambda: max(0, count - _idle_task_workers(job)), settle_s,
-        lambda wanted: _request(address, bytes.fromhex(job), env, keep_alive_s, min(wanted, _startup_concurrency())))
+        lambda wanted: _request(address, bytes.fromhex(job), env, min(wanted, _startup_concurrency())))
 
 
 def end_top_ups() -> None:
@@ -234,24 +240,33 @@ def top_up_task_workers() -> threading.Thread | None:
 
 def _idle_task_workers(job: str) -> int:
     """Python workers of Ray job ``job`` on this machine that a task of the driver can take, idle
-    or still starting: not those of the actors' runtime environment (``ACTOR_RUNTIME_ENV``)."""
-    return sum(1 for _, env, _ in _idle_workers(job) if env.get("ACTORFLOW_PROCESS") != "actor")
+    or still starting, with ``LIFE_LEFT_S`` to live: not those of the actors' runtime environment
+    (``ACTOR_RUNTIME_ENV``)."""
+    return sum(1 for worker in _waiting_workers(job) if worker.env.get("ACTORFLOW_PROCESS") != "actor")
 
 
 def _actor_workers(job: str) -> tuple[int, int]:
     """Idle or starting Python workers of Ray job ``job`` of the actors' runtime environment on
-    this machine: those that never ran blocking calls, and those that did."""
+    this machine, with ``LIFE_LEFT_S`` to live: those that never ran blocking calls, and those that
+    did."""
     from actors.task_function import ran_tasks, task_workers_dir
 
     fresh = used = 0
-    for _, env, mark in _idle_workers(job):
-        if env.get("ACTORFLOW_PROCESS") == "actor":
-            if ran_tasks(mark):
+    for worker in _waiting_workers(job):
+        if worker.env.get("ACTORFLOW_PROCESS") == "actor":
+            if ran_tasks(worker.mark):
                 used += 1
             else:
                 fresh += 1
     _forget_gone_task_workers(task_workers_dir())
     return fresh, used
+
+
+def _waiting_workers(job: str) -> Iterator[_Worker]:
+    """The idle or starting workers of ``job`` that the next job can count on: each has at least
+    ``LIFE_LEFT_S`` of its keep-alive left, which runs from before its start (its process's)."""
+    oldest = time.time() - (KEEP_ALIVE_S - LIFE_LEFT_S)
+    return (worker for worker in _idle_workers(job) if worker.created > oldest)
 
 
 def _forget_gone_task_workers(directory: Path) -> None:
@@ -274,25 +289,33 @@ def _forget_gone_task_workers(directory: Path) -> None:
             mark.unlink(missing_ok=True)
 
 
-def _idle_workers(job: str) -> Iterator[tuple[list[str], dict[str, str], str]]:
+class _Worker(NamedTuple):
+    """A process of a Ray job on this machine."""
+
+    cmdline: list[str]
+    env: dict[str, str]
+    mark: str  # its ``worker_mark``
+    created: float  # when its process started, in seconds since the epoch
+
+
+def _idle_workers(job: str) -> Iterator[_Worker]:
     """The Python workers of Ray job ``job`` on this machine that are idle or still starting."""
     # One still setting up its runtime environment does not carry that environment yet.
-    for cmdline, env, mark in _job_workers(job):
-        if cmdline[0].startswith("ray::IDLE") or _starting(cmdline) == "default_worker.py":
-            yield cmdline, env, mark
+    for worker in _job_workers(job):
+        if worker.cmdline[0].startswith("ray::IDLE") or _starting(worker.cmdline) == "default_worker.py":
+            yield worker
 
 
-def _job_workers(job: str) -> Iterator[tuple[list[str], dict[str, str], str]]:
-    """The command line, environment and ``worker_mark`` of each process of Ray job ``job`` on
-    this machine."""
+def _job_workers(job: str) -> Iterator[_Worker]:
+    """Each process of Ray job ``job`` on this machine."""
     import psutil
 
     from actors.task_function import worker_mark
 
     for process in psutil.process_iter(["cmdline", "environ", "create_time"]):
-        cmdline, env = process.info["cmdline"], process.info["environ"]
+        cmdline, env, created = process.info["cmdline"], process.info["environ"], process.info["create_time"]
         if cmdline and env and env.get("RAY_JOB_ID") == job:
-            yield cmdline, env, worker_mark(process.pid, process.info["create_time"])
+            yield _Worker(cmdline, env, worker_mark(process.pid, created), created)
 
 
 def _driver_env() -> str:
@@ -315,7 +338,7 @@ def _known_actor_env(key: str) -> str | None:
     return env
 
 
-def _request(address: str, job_id: bytes, env: str, keep_alive_s: int, count: int) -> None:
+def _request(address: str, job_id: bytes, env: str, count: int) -> None:
     import grpc
     from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc, runtime_environment_pb2
 
@@ -327,19 +350,19 @@ def _request(address: str, job_id: bytes, env: str, keep_alive_s: int, count: in
                 language=common_pb2.PYTHON,
                 job_id=job_id,
                 runtime_env_info=runtime_environment_pb2.RuntimeEnvInfo(serialized_runtime_env=env),
-                keep_alive_duration_secs=keep_alive_s,
+                keep_alive_duration_secs=KEEP_ALIVE_S,
                 num_workers=count,
             ),
             timeout=2,
         )
 
 
-def _request_chunks(address: str, job_id: bytes, env: str, keep_alive_s: int, count: int) -> None:
+def _request_chunks(address: str, job_id: bytes, env: str, count: int) -> None:
     """Ask for ``count`` workers, as many at a time as the raylet starts at once, each chunk
     once the processes of the one before are up."""
     try:
         chunk = _startup_concurrency()
-        _request(address, job_id, env, keep_alive_s, min(count, chunk))
+        _request(address, job_id, env, min(count, chunk))
         rest = count - chunk
         while rest > 0:
             time.sleep(CHUNK_INTERVAL_S)
@@ -348,7 +371,7 @@ def _request_chunks(address: str, job_id: bytes, env: str, keep_alive_s: int, co
                 time.sleep(CHUNK_INTERVAL_S)
             if not ray.is_initialized():
                 return
-            _request(address, job_id, env, keep_alive_s, min(rest, chunk))
+            _request(address, job_id, env, min(rest, chunk))
             rest -= chunk
     except Exception as error:  # noqa: BLE001 - an optimisation only
         _log.debug("prestarting %d Ray workers failed: %s", count, error)
@@ -356,7 +379,7 @@ def _request_chunks(address: str, job_id: bytes, env: str, keep_alive_s: int, co
 
 def _starting_workers(job: str) -> int:
     """Python worker processes of Ray job ``job`` on this machine that are not up yet."""
-    return sum(1 for cmdline, _, _ in _job_workers(job) if _starting(cmdline) is not None)
+    return sum(1 for worker in _job_workers(job) if _starting(worker.cmdline) is not None)
 
 
 def _starting(cmdline: list[str]) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -282,6 +283,30 @@ def test_a_request_for_more_workers_than_start_at_once_gets_them_all(ray_session
     assert warm_workers.prestart_workers(wanted, settle_s=0) is not None
 
     poll(lambda: _workers_up(job, wanted, for_actors=True, fresh=wanted), timeout_s=120)
+
+
+def test_a_worker_near_the_end_of_its_keep_alive_counts_for_nothing_and_is_replaced(ray_session, monkeypatch):
+    # Ray ends a prestarted worker whose keep-alive is over once the node is past its soft limit,
+    # perhaps just as the next job comes for it: one with less than LIFE_LEFT_S to live is not
+    # counted, and the top-up starts another in its place.
+    import ray
+
+    job = ray.get_runtime_context().get_job_id()
+    assert _run("warm-aging").output_rows == 200
+    poll(lambda: _workers_up(job, 2, for_actors=True, fresh=2), timeout_s=60)
+    warm_workers.end_top_ups()  # the job's own would count again under the clock below
+    old = _idle_worker_pids()
+    # From here on, warm_workers' clock reads every process started until now as near its end.
+    now = time.time()
+    monkeypatch.setattr(warm_workers, "time", SimpleNamespace(
+        time=lambda: now + warm_workers.KEEP_ALIVE_S - warm_workers.LIFE_LEFT_S, sleep=time.sleep,
+        monotonic=time.monotonic))
+
+    assert _waiting(job, for_actors=True) == 0 and old <= _idle_worker_pids()  # still there, not counted
+
+    assert warm_workers.prestart_workers(2, settle_s=0) is not None
+    poll(lambda: _workers_up(job, 2, for_actors=True, fresh=2), timeout_s=60)
+    assert len(_idle_worker_pids() - old) >= 2
 
 
 def test_a_mark_of_a_dead_task_worker_does_not_pass_a_new_process_with_its_pid_for_used(tmp_path, monkeypatch):
