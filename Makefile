@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY)
+# The fast tier: every test that starts neither Ray, nor Spark, nor processes of its own.
+FAST   := -m "not ray and not spark and not processes"
+FAST_LIMIT_S ?= 60
 
-.PHONY: demo test bench clean check-java
+.PHONY: demo test test-fast check bench clean check-java
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH; Spark on Ray needs a JDK 17 (for example: apt-get install openjdk-17-jdk-headless)"; exit 1; }
@@ -16,13 +20,24 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: check-java $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m examples.enrich_clicks
+	$(RUN) -m examples.enrich_clicks
 
+# The whole suite: what CI runs.
 test: check-java $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
+	$(RUN) -m pytest
+
+# Ring 1 and the other pure tests, on every core, with short property tests; fails past FAST_LIMIT_S.
+test-fast: $(STAMP)
+	ACTORFLOW_HYPOTHESIS=fast $(RUN) -m pytest $(FAST) -n auto --durations=10 -q \
+		--fast-limit-s $(FAST_LIMIT_S) $(ARGS)
+
+# Types and lint, outside pytest.
+check: $(STAMP)
+	$(RUN) -m tests.typecheck
+	$(VENV)/bin/ruff check actorflow operators actors cluster spark_bridge tests benchmarks examples
 
 bench: check-java $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m benchmarks.enrich
+	$(RUN) -m benchmarks.enrich
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

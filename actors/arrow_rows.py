@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.errors import SchemaError, describe_value
+from actorflow.operators.errors import SchemaError, describe_value
 
 __all__ = [
     "RowBatch", "SchemaTracker", "VALUE_COLUMN", "conform_table", "ipc_bytes", "is_bare", "rows_to_batch", "table_to_rows",

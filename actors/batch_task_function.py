@@ -26,10 +26,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from operators.arrow_batch import ArrowBatchFunction
-from operators.async_batch_function import AsyncBatchFunction, as_async_batch_function
-from operators.async_function import ResultFuture
-from operators.errors import ConfigurationError, describe_value
+from actorflow.operators.arrow_batch import ArrowBatchFunction
+from actorflow.operators.async_batch_function import AsyncBatchFunction, as_async_batch_function
+from actorflow.operators.async_function import ResultFuture
+from actorflow.operators.errors import ConfigurationError, describe_value
 
 from .task_function import RayTaskFunction
 

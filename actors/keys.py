@@ -27,9 +27,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.elements import Record
-from operators.errors import RecordError, SchemaError, describe_value
-from operators.windows.records import key_function
+from actorflow.operators.elements import Record
+from actorflow.operators.errors import RecordError, SchemaError, describe_value
+from actorflow.operators.windows.records import key_function
 
 from .arrow_rows import RowBatch, is_bare, table_to_rows
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from operators.errors import ConfigurationError
+from actorflow.operators.errors import ConfigurationError
 
 __all__ = ["instance_name", "task_name", "validate_job_name"]
 

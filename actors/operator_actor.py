@@ -40,13 +40,13 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from operators.clock import SystemClock
-from operators.errors import ActorflowError, portable
-from operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark
-from operators.coroutine_runner import AsyncioCoroutineRunner
-from operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
-from operators.operator import OperatorChain, OperatorContext, StreamOperator
-from operators.watermarks import StatusWatermarkValve
+from actorflow.operators.clock import SystemClock
+from actorflow.operators.errors import ActorflowError, portable
+from actorflow.operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark
+from actorflow.operators.coroutine_runner import AsyncioCoroutineRunner
+from actorflow.operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
+from actorflow.operators.operator import OperatorChain, OperatorContext, StreamOperator
+from actorflow.operators.watermarks import StatusWatermarkValve
 
 from .arrow_rows import is_bare, table_to_rows
 from .channel import ChannelSender, InputGate

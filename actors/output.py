@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from operators.elements import Record, Watermark, WatermarkStatus
+from actorflow.operators.elements import Record, Watermark, WatermarkStatus
 
 from .arrow_rows import RowBatch, SchemaTracker, is_bare, rows_to_batch
 from .channel import ChannelSender

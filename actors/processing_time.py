@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from operators.clock import Clock, SystemClock
-from operators.mailbox_processor import MailboxExecutor
-from operators.timers import TimerQueue
+from actorflow.operators.clock import Clock, SystemClock
+from actorflow.operators.mailbox_processor import MailboxExecutor
+from actorflow.operators.timers import TimerQueue
 
 __all__ = ["AsyncioProcessingTimeService"]
 

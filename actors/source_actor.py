@@ -19,10 +19,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.clock import SystemClock
-from operators.elements import WatermarkStatus
-from operators.errors import SchemaError
-from operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness
+from actorflow.operators.clock import SystemClock
+from actorflow.operators.elements import WatermarkStatus
+from actorflow.operators.errors import SchemaError
+from actorflow.operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness
 
 from .arrow_rows import RowBatch, is_bare
 from .channel import ChannelSender

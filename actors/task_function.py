@@ -43,9 +43,9 @@ from typing import Any, Callable, Iterator
 
 import ray
 
-from operators.async_function import AsyncFunction, ResultFuture
-from operators.errors import ConfigurationError
-from operators.request_keys import call_in_request
+from actorflow.operators.async_function import AsyncFunction, ResultFuture
+from actorflow.operators.errors import ConfigurationError
+from actorflow.operators.request_keys import call_in_request
 
 __all__ = ["RayTaskFunction", "ran_tasks", "run_calls", "task_workers_dir", "worker_mark"]
 

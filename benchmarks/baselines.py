@@ -614,7 +614,7 @@ def _main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallelism", type=int, default=2, help="P (default 2)")
     args = parser.parse_args(argv)
 
-    from spark_bridge.session import ensure_ray, spark_session, stop_spark
+    from actorflow.spark_bridge.session import ensure_ray, spark_session, stop_spark
 
     parallelism = args.parallelism
     # Logical CPUs: P for RayDP's executor cores (the Spark baseline's task slots) and P for Ray

@@ -110,7 +110,7 @@ def _one_chunk(block: pa.Table) -> pa.Table:
 
 
 def actorflow_once(df: Any, *, batch: bool) -> tuple[Any, dict[str, float]]:
-    from spark_bridge import enrich
+    from actorflow.spark_bridge import enrich
 
     stages: dict[str, float] = {}
     started = time.perf_counter()
@@ -189,7 +189,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 @click.option("--quick", is_flag=True, help="N = 50,000 instead of 200,000")
 @click.option("--n", "n_override", type=int, default=None, help="records per run")
 def main(quick: bool, n_override: int | None) -> None:
-    from spark_bridge.session import ensure_ray, spark_session, stop_spark
+    from actorflow.spark_bridge.session import ensure_ray, spark_session, stop_spark
 
     n = n_override or (50_000 if quick else 200_000)
     # Logical CPUs: P for RayDP's executor cores, P for Ray Data's actors.

@@ -99,7 +99,7 @@ def _blocking_call(profile: LatencyProfile) -> Any:
 
 def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: int, *, kind: str) -> dict[str, Any]:
     """The async stage alone: its input is already in the object store."""
-    from cluster import from_arrow
+    from actorflow.cluster import from_arrow
 
     n = sum(t.num_rows for t in tables)
     fn = _blocking_call(profile) if kind == "tasks" else _async_call(profile)
@@ -138,7 +138,7 @@ class _TaskSender:
     """One of the P senders of the Ray-task ceiling: no pipeline, only tasks of blocking calls."""
 
     async def run(self, fn: Any, ids: list[int], batch: int) -> list[dict[str, Any]]:
-        from actors.task_function import run_calls
+        from actorflow.actors.task_function import run_calls
 
         task = ray.remote(run_calls).options(num_cpus=0, num_returns="streaming")
         fn_ref = ray.put(fn)
@@ -182,7 +182,7 @@ def ray_tasks_ceiling(n: int, profile: LatencyProfile, capacity: int) -> dict[st
 def _actorflow_enrich_once(
     df: Any, profile: LatencyProfile, capacity: int, parallelism: int, *, ordered: bool
 ) -> tuple[Any, float, dict[str, Any]]:
-    from spark_bridge import enrich
+    from actorflow.spark_bridge import enrich
 
     call = _async_call(profile)
 
@@ -232,7 +232,7 @@ def _warm_jvm(df: Any, rounds: int = WARM_ROUNDS) -> None:
     each run ``rounds`` times, untimed, in turns, each output materialised like the timed runs'.
     Ray Data converts through RayDP's writer, which actorflow's rounds warm.
     """
-    from spark_bridge import enrich
+    from actorflow.spark_bridge import enrich
 
     for _ in range(rounds):
         out = enrich(df, _no_call, parallelism=P, capacity=1000, progress=False)
@@ -254,7 +254,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 @click.option("--capacity", "capacities", type=int, multiple=True,
               help="run only this C (repeatable; default: 100 and 1000, and 64 for the skewed profile)")
 def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], capacities: tuple[int, ...]) -> None:
-    from spark_bridge.session import ensure_ray, spark_session, stop_spark
+    from actorflow.spark_bridge.session import ensure_ray, spark_session, stop_spark
 
     n = n_override or (50_000 if quick else 200_000)
     # Logical CPUs: P for RayDP's executor cores (Spark's task slots), P for Ray Data's actors.

@@ -53,8 +53,8 @@ async def _enrich(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _job(tables: list[pa.Table], job: str) -> Any:
-    from cluster import from_arrow
-    from operators.windows import TumblingEventTimeWindows
+    from actorflow.cluster import from_arrow
+    from actorflow.operators.windows import TumblingEventTimeWindows
 
     return (from_arrow(tables, parallelism=P, batch_size=1_000, timestamp_column="ts", job_name=job)
             .async_map(_enrich, capacity=200, ordered=False, name="enrich")
@@ -70,8 +70,8 @@ def _job(tables: list[pa.Table], job: str) -> Any:
 def main(quick: bool, kills: int, every_s: float | None, interval_ms: int, seed: int) -> None:
     import ray
 
-    from cluster.chaos import ChaosMonkey, compare_outputs
-    from spark_bridge.session import ensure_ray
+    from actorflow.cluster.chaos import ChaosMonkey, compare_outputs
+    from actorflow.spark_bridge.session import ensure_ray
 
     n = 300_000 if quick else 1_000_000
     ensure_ray()

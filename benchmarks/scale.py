@@ -316,7 +316,7 @@ def bare_asyncio_per_request_us(n: int = BARE_REQUESTS, in_flight: int = CAPACIT
 def actorflow_job(df: DataFrame, n: int, job_name: str) -> dict[str, Any]:
     """``enrich()`` with ``plus_one``, materialised and checked; the result is unpersisted and
     dropped before this returns, so that what stays pinned after it can be measured."""
-    from spark_bridge import enrich
+    from actorflow.spark_bridge import enrich
 
     base = pinned_bytes()
     with _JobSampler(job_name) as sampler:
@@ -375,7 +375,7 @@ def spark_job(df: DataFrame, n: int) -> dict[str, Any]:
 def _drop_input(df: DataFrame) -> None:
     """Free what a size's input holds in the executor, so that the next size starts clean: its
     cache, and (a no-op once enrich() has freed it itself) the Arrow snapshot of it."""
-    from spark_bridge.arrow_io import release_dataframe
+    from actorflow.spark_bridge.arrow_io import release_dataframe
 
     release_dataframe(df)
     df.unpersist()
@@ -428,7 +428,7 @@ def _verdict(ok: bool) -> str:
 def main(quick: bool, sizes_text: str | None) -> None:
     from pyspark import cloudpickle as spark_cloudpickle
 
-    from spark_bridge.session import ensure_ray, spark_session, stop_spark
+    from actorflow.spark_bridge.session import ensure_ray, spark_session, stop_spark
 
     sizes = _parse_sizes(sizes_text) if sizes_text else DEFAULT_SIZES
     if quick:

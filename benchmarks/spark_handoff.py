@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 import ray
 
-from actors.arrow_rows import ipc_bytes
+from actorflow.actors.arrow_rows import ipc_bytes
 
 NAMESPACE = "actorflow-benchmarks"
 ECHO = "spark-handoff-echo"
@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> None:
 
     from pyspark.sql import SparkSession
 
-    from spark_bridge import on_spark_cluster
-    from spark_bridge.session import JVM_OPTIONS
-    from spark_bridge.spark_cluster import WORKER_RESOURCE, read_output, write_input
-    from spark_bridge.standalone import standalone_spark_cluster
-    from spark_bridge.streams import to_arrow_schema
+    from actorflow.spark_bridge import on_spark_cluster
+    from actorflow.spark_bridge.session import JVM_OPTIONS
+    from actorflow.spark_bridge.spark_cluster import WORKER_RESOURCE, read_output, write_input
+    from actorflow.spark_bridge.standalone import standalone_spark_cluster
+    from actorflow.spark_bridge.streams import to_arrow_schema
 
     with standalone_spark_cluster(cores=4, memory="4g") as standalone:
         spark = (

@@ -100,14 +100,14 @@ def pandas_groupby(n: int, runs: int = 3) -> tuple[float, float]:
 
 
 def _aggregations() -> Any:
-    from operators.windows import Aggregations, Count, Sum
+    from actorflow.operators.windows import Aggregations, Count, Sum
 
     return Aggregations(n=Count(), total=Sum("amount"))
 
 
 def actorflow_dataframe(df: Any, n: int, expected: tuple[int, int] | None, *, sessions: bool = False) -> float:
-    from operators.windows import EventTimeSessionWindows, TumblingEventTimeWindows
-    from spark_bridge import from_spark
+    from actorflow.operators.windows import EventTimeSessionWindows, TumblingEventTimeWindows
+    from actorflow.spark_bridge import from_spark
 
     window = EventTimeSessionWindows.with_gap(GAP_MS) if sessions else TumblingEventTimeWindows.of(SIZE_MS)
     started = time.perf_counter()
@@ -133,8 +133,8 @@ def actorflow_stage(
     profile: dict[str, Any] | None = None,
 ) -> float:
     """Events/s of the stage; ``profile`` gets the run's wall time and each instance's CPU."""
-    from cluster import from_arrow
-    from operators.windows import TumblingEventTimeWindows
+    from actorflow.cluster import from_arrow
+    from actorflow.operators.windows import TumblingEventTimeWindows
 
     windowed = (
         from_arrow(tables, timestamp_column="ts", out_of_orderness_ms=5_000, parallelism=P, batch_size=BATCH_SIZE)
@@ -180,7 +180,7 @@ def _ratio(a: float, b: float) -> float:
 @click.option("--quick", is_flag=True, help="200,000 events instead of 2,000,000")
 @click.option("--events", "n_override", type=int, default=None, help="the number of events")
 def main(quick: bool, n_override: int | None) -> None:
-    from spark_bridge.session import ensure_ray, spark_session, stop_spark
+    from actorflow.spark_bridge.session import ensure_ray, spark_session, stop_spark
 
     n = n_override or (200_000 if quick else 2_000_000)
     # Logical CPUs: P for RayDP's executor cores, P for the Ray tasks that convert its output.

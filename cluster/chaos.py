@@ -28,7 +28,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError
 
-from operators.errors import ConfigurationError
+from actorflow.operators.errors import ConfigurationError
 
 from .checkpoints.coordinator import COORDINATOR
 

@@ -18,16 +18,16 @@ from typing import Any, Callable, Literal, Sequence, TypeVar
 import pyarrow as pa
 import ray
 
-from actors.batch_task_function import batch_function_kind, make_batch_function
-from operators.arrow_batch import ArrowBatchFunction
-from operators.async_attempt import CopyInputs
-from operators.async_batch_function import AsyncBatchFunction
-from operators.async_batch_operator import AsyncBatchWaitOperator, async_wait_batch
-from operators.async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout, reject_async_generator
-from operators.async_wait_operator import AsyncWaitOperator
-from operators.errors import ConfigurationError, UserFunctionError, describe_value
-from operators.operator import FilterOperator, FlatMapOperator, MapOperator, StreamOperator
-from operators.retry import RetryStrategy
+from actorflow.actors.batch_task_function import batch_function_kind, make_batch_function
+from actorflow.operators.arrow_batch import ArrowBatchFunction
+from actorflow.operators.async_attempt import CopyInputs
+from actorflow.operators.async_batch_function import AsyncBatchFunction
+from actorflow.operators.async_batch_operator import AsyncBatchWaitOperator, async_wait_batch
+from actorflow.operators.async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout, reject_async_generator
+from actorflow.operators.async_wait_operator import AsyncWaitOperator
+from actorflow.operators.errors import ConfigurationError, UserFunctionError, describe_value
+from actorflow.operators.operator import FilterOperator, FlatMapOperator, MapOperator, StreamOperator
+from actorflow.operators.retry import RetryStrategy
 
 from .job import CheckpointConfig, JobResult, run_job
 from .job_graph import JobGraph, OperatorNode, SourceNode
@@ -114,7 +114,7 @@ class DataStream:
         def factory() -> StreamOperator:
             function: AsyncFunction
             if kind == "blocking":
-                from actors.task_function import RayTaskFunction  # only inside the actor
+                from actorflow.actors.task_function import RayTaskFunction  # only inside the actor
 
                 function = RayTaskFunction(fn, capacity=capacity, max_tasks=max_tasks)  # type: ignore[arg-type]
             elif kind == "coroutine":
@@ -319,7 +319,7 @@ def from_blocks(
 def from_arrow(tables: Sequence[pa.Table], **kwargs: Any) -> DataStream:
     """A stream over in-memory Arrow tables (put into the object store here)."""
     if timestamp_column := kwargs.get("timestamp_column"):
-        from actors.source_actor import event_time_ms
+        from actorflow.actors.source_actor import event_time_ms
 
         for table in tables:
             event_time_ms(table, timestamp_column)  # nulls and wrong types fail here, at build time

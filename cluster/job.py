@@ -22,10 +22,10 @@ import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
 from tqdm.auto import tqdm
 
-from actors.naming import instance_name, task_name, validate_job_name
-from actors.operator_actor import ChainSpec, OperatorActor
-from actors.source_actor import BlockReader, SourceActor
-from operators.errors import ActorflowError, ConfigurationError, JobFailedError
+from actorflow.actors.naming import instance_name, task_name, validate_job_name
+from actorflow.actors.operator_actor import ChainSpec, OperatorActor
+from actorflow.actors.source_actor import BlockReader, SourceActor
+from actorflow.operators.errors import ActorflowError, ConfigurationError, JobFailedError
 
 from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCoordinator, JobCheckpoints
 from .checkpoints.storage import CheckpointError, CheckpointStorage

@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from operators.errors import ConfigurationError
-from operators.operator import StreamOperator
+from actorflow.operators.errors import ConfigurationError
+from actorflow.operators.operator import StreamOperator
 
 __all__ = ["JobGraph", "OperatorNode", "SourceNode", "Stage"]
 

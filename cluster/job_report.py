@@ -3,7 +3,7 @@
 ``JobResult.__repr__`` and ``JobResult._repr_html_`` use these, so that a job shows itself in a
 notebook cell:
 
->>> from cluster.job import JobResult
+>>> from actorflow.cluster.job import JobResult
 >>> figures = [{"name": "clicks/enrich[0/2]", "records_in": 600, "records_out": 600},
 ...            {"name": "clicks/enrich[1/2]", "records_in": 400, "records_out": 390, "dead_letters": 10}]
 >>> JobResult("clicks", [], [], {}, input_rows=1_000, output_rows=990, elapsed_s=2.0, figures=figures)

@@ -23,7 +23,7 @@ import ray.cloudpickle
 __all__ = ["explain_unpicklable"]
 
 _MAX_DEPTH = 6
-_OUR_PACKAGES = frozenset({"actors", "cluster", "operators", "spark_bridge"})
+_OUR_PACKAGES = frozenset({"actorflow"})
 
 
 def explain_unpicklable(obj: Any) -> str | None:

@@ -249,7 +249,7 @@ def _actor_workers(job: str) -> tuple[int, int]:
     """Idle or starting Python workers of Ray job ``job`` of the actors' runtime environment on
     this machine, with ``LIFE_LEFT_S`` to live: those that never ran blocking calls, and those that
     did."""
-    from actors.task_function import ran_tasks, task_workers_dir
+    from actorflow.actors.task_function import ran_tasks, task_workers_dir
 
     fresh = used = 0
     for worker in _waiting_workers(job):
@@ -273,7 +273,7 @@ def _forget_gone_task_workers(directory: Path) -> None:
     """Remove the marks of processes that are gone."""
     import psutil
 
-    from actors.task_function import worker_mark
+    from actorflow.actors.task_function import worker_mark
 
     try:
         marks = list(directory.iterdir())
@@ -310,7 +310,7 @@ def _job_workers(job: str) -> Iterator[_Worker]:
     """Each process of Ray job ``job`` on this machine."""
     import psutil
 
-    from actors.task_function import worker_mark
+    from actorflow.actors.task_function import worker_mark
 
     for process in psutil.process_iter(["cmdline", "environ", "create_time"]):
         cmdline, env, created = process.info["cmdline"], process.info["environ"], process.info["create_time"]
@@ -406,10 +406,10 @@ def prepare_worker() -> None:
 def _import_for_actors() -> None:
     # A failure costs nothing but the time saved: the actor imports what it needs itself.
     try:
-        import actors.operator_actor  # noqa: F401
-        import actors.source_actor  # noqa: F401
-        import operators.windows  # noqa: F401
-        import operators.windows.vectorised  # noqa: F401 - the Arrow path imports it at its first batch
+        import actorflow.actors.operator_actor  # noqa: F401
+        import actorflow.actors.source_actor  # noqa: F401
+        import actorflow.operators.windows  # noqa: F401
+        import actorflow.operators.windows.vectorised  # noqa: F401 - the Arrow path imports it at its first batch
         import pandas  # noqa: F401 - pyarrow's first conversion of a Python value imports it: 0.2-0.3 s
         import pyarrow.acero  # noqa: F401 - Table.group_by imports it: 12 ms
         # What Ray imports when it first deserializes in a worker (the actor's own arguments):

@@ -1,7 +1,7 @@
 """Keyed streams and windows in the ``DataStream`` builder: ``key_by(...).window(...).aggregate(...)``.
 
 >>> import pyarrow as pa
->>> from operators.windows import TumblingEventTimeWindows
+>>> from actorflow.operators.windows import TumblingEventTimeWindows
 >>> clicks = pa.table({"country": ["DE", "FR", "DE"], "ts": [1_000, 2_000, 61_000]})
 >>> counts = (from_arrow([clicks], timestamp_column="ts", parallelism=2)     # doctest: +SKIP
 ...           .key_by("country")
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
 
 import pyarrow as pa
 
-from operators.errors import ConfigurationError, SchemaError
-from operators.windows import (
+from actorflow.operators.errors import ConfigurationError, SchemaError
+from actorflow.operators.windows import (
     AggregateFunction,
     Aggregations,
     Count,
@@ -34,7 +34,7 @@ from operators.windows import (
     WindowOperator,
     WindowSpec,
 )
-from operators.windows.records import key_function
+from actorflow.operators.windows.records import key_function
 
 from .job_graph import OperatorNode
 

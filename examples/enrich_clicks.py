@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
-from operators import ExponentialBackoff, exception_of_type
-from operators.windows import Aggregations, Count, EventTimeSessionWindows, Max, Sum, TumblingEventTimeWindows
-from spark_bridge import enrich, from_spark, spark_session, stop_spark
-from spark_bridge.session import ensure_ray
+from actorflow.operators import ExponentialBackoff, exception_of_type
+from actorflow.operators.windows import Aggregations, Count, EventTimeSessionWindows, Max, Sum, TumblingEventTimeWindows
+from actorflow.spark_bridge import enrich, from_spark, spark_session, stop_spark
+from actorflow.spark_bridge.session import ensure_ray
 
 from .enrich_service import TransientServiceError, http_session, lookup_user
 from .service_process import ServiceProcess
@@ -189,7 +189,7 @@ def _click_table(n: int, users: int) -> Any:
 def pipeline(n: int = 200_000, users: int = 5_000, parallelism: int = 2) -> Any:
     """Clicks enriched from the profile service over HTTP, one row out per click (key
     ``click_id``): ``actorflow chaos --kills 10 --every 2s examples.enrich_clicks:pipeline``."""
-    from cluster import from_arrow
+    from actorflow.cluster import from_arrow
 
     lookup = make_profile_lookup(_steady_service())
 

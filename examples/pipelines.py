@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from cluster import DataStream, from_arrow
+from actorflow.cluster import DataStream, from_arrow
 
 __all__ = ["slow_users", "steady_users", "tagged_users"]
 

@@ -26,7 +26,7 @@ A snapshot holds the buffered records (and how long their buffer had left), the 
 in-flight batches (with the batch's attempt count and remaining deadline, so that a restore
 runs the same batches again), completed records not yet emitted, and watermarks.
 
->>> from operators.harness import OperatorHarness
+>>> from actorflow.operators.harness import OperatorHarness
 >>> async def double(values):
 ...     return [[v * 2] for v in values]
 >>> h = OperatorHarness(async_wait_batch(double, batch_size=2))

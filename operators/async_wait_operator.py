@@ -25,7 +25,7 @@ afterwards (an operator chain never does).
 
 At the end of input the operator drains; retries keep their timers and backoff.
 
->>> from operators.harness import OperatorHarness
+>>> from actorflow.operators.harness import OperatorHarness
 >>> class Echo(AsyncFunction):
 ...     def async_invoke(self, value, rf): rf.complete([value])
 >>> h = OperatorHarness(async_wait(Echo(), capacity=2))

@@ -4,7 +4,7 @@ The harness is the host an operator would have in a Ray actor, minus Ray: a mail
 default action feeds queued input to the operator, a manual clock for processing time, and
 a private asyncio loop for ``async def`` functions. The test's thread is the mailbox thread.
 
->>> from operators.operator import MapOperator
+>>> from actorflow.operators.operator import MapOperator
 >>> with OperatorHarness(MapOperator(lambda v: v + 1)) as h:
 ...     h.process_element(1, timestamp_ms=10); h.process_watermark(10)
 >>> h.output

@@ -70,7 +70,7 @@ def current_request_key() -> str | None:
 
     None in a batch request too: a batch has one key per record (``current_request_keys()``).
 
-    >>> from operators import OperatorHarness, async_wait
+    >>> from actorflow.operators import OperatorHarness, async_wait
     >>> async def lookup(user_id):
     ...     return [(user_id, current_request_key())]
     >>> h = OperatorHarness(async_wait(lookup), request_key_prefix="clicks/enrich")
@@ -84,7 +84,7 @@ def current_request_key() -> str | None:
 def current_request_keys() -> list[str] | None:
     """The idempotency keys of the records of the batch being served, in order; None outside one.
 
-    >>> from operators import OperatorHarness, async_wait_batch
+    >>> from actorflow.operators import OperatorHarness, async_wait_batch
     >>> async def score(values):
     ...     return [[(v, k)] for v, k in zip(values, current_request_keys())]
     >>> h = OperatorHarness(async_wait_batch(score, batch_size=2), request_key_prefix="p")

@@ -206,8 +206,8 @@ class DeadlineQueue:
     once, and from the rest once they make up most of the queue, so a request that hangs does not
     keep the thousands that finished behind it.
 
-    >>> from operators.clock import ManualClock
-    >>> from operators.mailbox import TaskMailbox
+    >>> from actorflow.operators.clock import ManualClock
+    >>> from actorflow.operators.mailbox import TaskMailbox
     >>> clock = ManualClock(0); mb = TaskMailbox()
     >>> pts = ManualProcessingTimeService(clock, MailboxExecutor(mb))
     >>> class Request:

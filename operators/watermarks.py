@@ -103,7 +103,7 @@ class WatermarksWithIdleness:
     While idle it emits no watermarks; the next record makes it active again, and the next tick
     says so (``WatermarkStatus(idle=False)``) before any watermark.
 
-    >>> from operators.clock import ManualClock
+    >>> from actorflow.operators.clock import ManualClock
     >>> clock = ManualClock(0)
     >>> g = WatermarksWithIdleness(BoundedOutOfOrdernessWatermarks(0), idleness_ms=100, clock=clock)
     >>> g.on_event(50); g.on_periodic_emit()
@@ -171,7 +171,7 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     - The generator is not in snapshots: after a restore, watermarks start again from the
       records that follow, as in Flink.
 
-    >>> from operators import OperatorHarness
+    >>> from actorflow.operators import OperatorHarness
     >>> op = TimestampsAndWatermarksOperator(BoundedOutOfOrdernessWatermarks(10), timestamp_fn=lambda v: v["ts"], interval_ms=100)
     >>> h = OperatorHarness(op)
     >>> h.process_element({"ts": 50}); h.set_processing_time(100)

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import pyarrow as pa
 
-from actors.arrow_rows import conform_table, ipc_bytes
-from actors.store_pages import process_pages
-from operators.errors import SchemaError
+from actorflow.actors.arrow_rows import conform_table, ipc_bytes
+from actorflow.actors.store_pages import process_pages
+from actorflow.operators.errors import SchemaError
 
 if TYPE_CHECKING:
     import ray

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 import pyarrow as pa
 
-from operators.arrow_batch import ArrowBatchFunction
-from operators.async_attempt import CopyInputs
-from operators.async_function import CoroutineFunction, awaitable_hint, reject_async_generator
-from operators.errors import ConfigurationError, ResultTypeError, describe_value
-from operators.retry import RetryStrategy
+from actorflow.operators.arrow_batch import ArrowBatchFunction
+from actorflow.operators.async_attempt import CopyInputs
+from actorflow.operators.async_function import CoroutineFunction, awaitable_hint, reject_async_generator
+from actorflow.operators.errors import ConfigurationError, ResultTypeError, describe_value
+from actorflow.operators.retry import RetryStrategy
 
 from .session import check_dataframe
 from .streams import from_spark, to_arrow_schema

@@ -18,9 +18,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from cluster.warm_workers import prestart_task_workers
-from operators.errors import ActorflowError, ConfigurationError, SchemaError
-from spark_bridge.console import drop_noise_from_ray_log_echo, stderr_of_children_filtered
+from actorflow.cluster.warm_workers import prestart_task_workers
+from actorflow.operators.errors import ActorflowError, ConfigurationError, SchemaError
+from actorflow.spark_bridge.console import drop_noise_from_ray_log_echo, stderr_of_children_filtered
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -120,7 +120,7 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
         # A local Ray's workers import what the actors need as they start, before a job takes
         # them (see cluster.warm_workers.prepare_worker).
         runtime_env=(
-            {"worker_process_setup_hook": "cluster.warm_workers.prepare_worker"} if address is None
+            {"worker_process_setup_hook": "actorflow.cluster.warm_workers.prepare_worker"} if address is None
             else {"env_vars": {"RAY_LOG_TO_DRIVER": "0"}}
         ),
         # Only a local Ray may be sized from here; a cluster's resources are the cluster's.

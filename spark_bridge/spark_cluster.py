@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from actors.arrow_rows import conform_table
+from actorflow.actors.arrow_rows import conform_table
 
 from .session import SparkSessionError
 

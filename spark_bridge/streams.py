@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, Callable
 import pyarrow as pa
 import ray
 
-from actors.source_actor import event_time_ms
-from cluster.datastream import DataStream, check_event_time_settings
-from cluster.job import CheckpointConfig, JobResult, run_job
-from cluster.job_graph import JobGraph, SourceNode
-from cluster.warm_workers import prestart_task_workers, prestart_workers
-from operators.async_wait_operator import DEAD_LETTER, DeadLetter
-from actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
-from operators.errors import ConfigurationError, JobFailedError, SchemaError
+from actorflow.actors.source_actor import event_time_ms
+from actorflow.cluster.datastream import DataStream, check_event_time_settings
+from actorflow.cluster.job import CheckpointConfig, JobResult, run_job
+from actorflow.cluster.job_graph import JobGraph, SourceNode
+from actorflow.cluster.warm_workers import prestart_task_workers, prestart_workers
+from actorflow.operators.async_wait_operator import DEAD_LETTER, DeadLetter
+from actorflow.actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
+from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError
 
 from .arrow_io import dataframe_to_blocks, release_dataframe, tables_to_dataframe
 from .session import check_dataframe, ensure_ray

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from spark_bridge.session import ensure_ray, spark_session, stop_spark
+from actorflow.spark_bridge.session import ensure_ray, spark_session, stop_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

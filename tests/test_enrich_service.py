@@ -6,7 +6,6 @@ import asyncio
 import pickle
 import threading
 import time
-from collections import Counter
 from typing import Any
 
 import aiohttp

@@ -29,8 +29,8 @@ from typing import Any
 import pyarrow as pa
 from ray.util import metrics as ray_metrics
 
-from actors.naming import instance_name
-from operators.errors import ConfigurationError
+from actorflow.actors.naming import instance_name
+from actorflow.operators.errors import ConfigurationError
 
 from .sink import FINAL_EPOCH, TwoPhaseOutput
 from .storage import CheckpointError, CheckpointStorage, PendingCheckpoint

@@ -42,7 +42,7 @@ from urllib.parse import quote, unquote
 
 import pyarrow.fs as pafs
 
-from operators.errors import ActorflowError, ConfigurationError
+from actorflow.operators.errors import ActorflowError, ConfigurationError
 
 __all__ = ["CheckpointError", "CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint"]
 

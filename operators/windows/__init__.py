@@ -3,7 +3,7 @@
 A keyed window operator is a key selector, a window (an assigner, or ``count_window(...)``) and a
 function; triggers, evictors, lateness and a late-data side output are optional:
 
->>> from operators import OperatorHarness
+>>> from actorflow.operators import OperatorHarness
 >>> op = WindowOperator(
 ...     "user",                                     # or ("user", "region"), or a function of the value
 ...     SlidingEventTimeWindows(size_ms=10, slide_ms=5),

@@ -7,7 +7,7 @@ asks the operator to fold the others' contents (and trigger state) into it, exac
 
 One set per key. The mapping is plain data and goes into snapshots as it is.
 
->>> from operators.windows.assigners import EventTimeSessionWindows, TimeWindow
+>>> from actorflow.operators.windows.assigners import EventTimeSessionWindows, TimeWindow
 >>> s = MergingWindowSet(EventTimeSessionWindows(10))
 >>> s.add_window(TimeWindow(0, 10), lambda *a: None)
 TimeWindow(start_ms=0, end_ms=10)

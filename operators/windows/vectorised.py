@@ -20,8 +20,8 @@ Both paths give identical results on integers. On floating-point columns sums ma
 last bits, as the order of additions differs.
 
 >>> import pyarrow as pa
->>> from operators import OperatorHarness
->>> from operators.windows import TumblingEventTimeWindows, Sum, WindowOperator
+>>> from actorflow.operators import OperatorHarness
+>>> from actorflow.operators.windows import TumblingEventTimeWindows, Sum, WindowOperator
 >>> op = WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Sum("amount"))
 >>> h = OperatorHarness(op); h.open()
 >>> op.process_batch(pa.table({"user": ["a", "b", "a"], "amount": [1, 2, 3], "ts": [1, 2, 3]}), "ts")

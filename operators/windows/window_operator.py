@@ -25,8 +25,8 @@ late for only some of its windows goes to the others and is not side-output.
 
 Threading model: every method runs on the mailbox thread.
 
->>> from operators import OperatorHarness
->>> from operators.windows import TumblingEventTimeWindows, Count
+>>> from actorflow.operators import OperatorHarness
+>>> from actorflow.operators.windows import TumblingEventTimeWindows, Count
 >>> h = OperatorHarness(WindowOperator("user", TumblingEventTimeWindows(10), aggregate=Count()))
 >>> h.process_element({"user": "a"}, 3); h.process_element({"user": "a"}, 7); h.process_watermark(9)
 >>> h.output_values()

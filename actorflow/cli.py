@@ -1,0 +1,391 @@
+"""The console command ``actorflow``: run a pipeline, watch running jobs, list checkpoints, run the demo.
+
+::
+
+    actorflow run examples.pipelines:tagged_users          # a DataStream, or a function returning one
+    actorflow run my_jobs:enrich --address 10.0.0.5:6379      # on an existing Ray cluster
+    actorflow status --address auto --watch 2                 # every operator instance, refreshed
+    actorflow demo                                            # what `make demo` runs
+    actorflow checkpoints /tmp/checkpoints                    # retained checkpoints of every job
+    actorflow chaos --kills 10 --every 2s examples.enrich_clicks:pipeline   # exactly once, under kills
+
+The usual mistakes (a module that cannot be imported, an object that is no pipeline, Ray that
+cannot be reached, no Java for Spark) end with one line that says what to do, and exit code 2.
+A job that fails ends with its ``JobFailedError`` and exit code 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+import click
+
+__all__ = ["main"]
+
+NAMESPACE = "actorflow"
+
+
+class _Usage(click.ClickException):
+    """A mistake of the caller's: one line, exit code 2, no traceback."""
+
+    exit_code = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """actorflow: Flink's streaming core on Ray actors, from and to Spark DataFrames."""
+
+
+@main.command()
+@click.argument("target", metavar="MODULE:PIPELINE")
+@click.option("--address", default=None, help="an existing Ray cluster (host:port or 'auto'); default: a local Ray")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--checkpoint-dir", default=None, help="take checkpoints here (a path or pyarrow.fs URI) and recover from failures")
+@click.option("--checkpoint-interval", "interval", default="5s", show_default=True,
+              help="time between checkpoints, with --checkpoint-dir or --resume-from")
+@click.option("--resume-from", default=None, help="start from the latest checkpoint of an earlier run (its job directory)")
+def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | None, interval: str,
+        resume_from: str | None) -> None:
+    """Run the pipeline MODULE:PIPELINE (a DataStream, or a function that returns one) to its end."""
+    found = _find_pipeline(target)  # import errors first, before Ray starts
+    settings: dict[str, Any] = {}
+    if checkpoint_dir is not None or resume_from is not None:
+        settings["checkpoint_interval_ms"] = max(10, int(_duration_s(interval) * 1000))
+        settings["checkpoint_dir"] = checkpoint_dir
+    if resume_from is not None:
+        _check_job_directory(resume_from)
+        settings["resume_from"] = resume_from
+    _connect(address)
+    stream = _as_stream(target, found)
+    from actorflow.operators.errors import JobFailedError
+    from actorflow.spark_bridge.streams import SparkDataStream
+
+    started = time.perf_counter()
+    try:
+        if isinstance(stream, SparkDataStream):
+            out: Any = stream.to_spark(progress=progress, **settings)  # one DataFrame: no dead letters were asked for
+            rows = out.count()
+            click.echo(f"{target}: {rows:,} rows out, as a Spark DataFrame of {out.columns}")
+        else:
+            result = stream.execute(progress=progress, **settings)
+            click.echo(f"{target}: job {result.job!r}, {result.input_rows:,} records in, "
+                       f"{result.output_rows:,} records out"
+                       + (f", {result.restarts} restarts" if result.restarts else ""))
+    except JobFailedError as error:
+        raise click.ClickException(str(error)) from error
+    import ray
+
+    click.echo(f"finished in {time.perf_counter() - started:.1f} s on the Ray cluster at "
+               f"{ray.get_runtime_context().gcs_address}")
+
+
+@main.command()
+@click.option("--address", default="auto", show_default=True, help="the Ray cluster whose jobs to show")
+@click.option("--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS until interrupted")
+def status(address: str, watch: float | None) -> None:
+    """Every running operator instance: records in and out, requests in flight, watermark."""
+    _connect(address, join_only=True)
+    while True:
+        table = _status_table()
+        if watch is not None:
+            click.clear()
+        click.echo(table)
+        if watch is None:
+            return
+        time.sleep(watch)
+
+
+@main.command()
+@click.argument("directory")
+@click.option("--job", default=None, help="only this job's checkpoints")
+@click.option("--id", "checkpoint_id", type=int, default=None, help="show one checkpoint's tasks and their sizes")
+def checkpoints(directory: str, job: str | None, checkpoint_id: int | None) -> None:
+    """The retained checkpoints in DIRECTORY (a path or a pyarrow.fs URI): complete and incomplete."""
+    import datetime
+
+    import pyarrow.fs as pafs
+
+    from actorflow.cluster.checkpoints import CheckpointStorage
+
+    try:
+        filesystem, root = pafs.FileSystem.from_uri(directory)
+    except (ValueError, OSError):
+        filesystem, root = pafs.LocalFileSystem(), os.path.abspath(directory)
+    if filesystem.get_file_info(root).type != pafs.FileType.Directory:
+        raise _Usage(f"no checkpoint directory at {directory!r}; pass the directory a job was given as its checkpoint storage")
+    jobs = sorted(i.base_name for i in filesystem.get_file_info(pafs.FileSelector(root)) if i.type == pafs.FileType.Directory)
+    if job is not None:
+        if job not in jobs:
+            raise _Usage(f"no checkpoints of job {job!r} in {directory!r}; its jobs: {jobs}")
+        jobs = [job]
+    if not jobs:
+        click.echo(f"no checkpoints in {directory}")
+        return
+    for name in jobs:
+        storage = CheckpointStorage(root, job=name, filesystem=filesystem)
+        complete = storage.checkpoint_ids()
+        incomplete = [i for i in storage.checkpoint_ids(complete_only=False) if i not in complete]
+        click.echo(f"job {name}: {len(complete)} complete" + (f", incomplete {incomplete}" if incomplete else ""))
+        for i in complete:
+            if checkpoint_id is not None and i != checkpoint_id:
+                continue
+            chk = storage.get(i)
+            at = datetime.datetime.fromtimestamp(chk.metadata["completed_at_ms"] / 1000, tz=datetime.timezone.utc)
+            click.echo(f"  chk-{i:<6} {at:%Y-%m-%d %H:%M:%S} UTC  {chk.size_bytes:>12,} bytes  {len(chk.tasks)} tasks")
+            if checkpoint_id is not None:
+                for task in chk.tasks:
+                    click.echo(f"    {task:<40} {chk.metadata['tasks'][task]:>12,} bytes")
+
+
+def _duration_s(text: str) -> float:
+    """``"2s"``, ``"500ms"``, ``"1m"`` or a plain number of seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0}
+    for unit in ("ms", "s", "m"):
+        if text.endswith(unit):
+            number, factor = text[: -len(unit)], units[unit]
+            break
+    else:
+        number, factor = text, 1.0
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise _Usage(f"expected a duration such as 2s, 500ms or 1m, got {text!r}") from None
+    if value <= 0:
+        raise _Usage(f"a duration must be > 0, got {text!r}")
+    return value
+
+
+@main.command()
+@click.argument("target", metavar="MODULE:PIPELINE")
+@click.option("--kills", default=10, show_default=True, help="kill at most this many operator instances")
+@click.option("--every", "every", default="2s", show_default=True, help="time between kills (2s, 500ms)")
+@click.option("--first", "first", default=None, help="time to the first kill (default: --every)")
+@click.option("--checkpoint-interval", "interval", default="1s", show_default=True, help="time between checkpoints")
+@click.option("--moment", type=click.Choice(sorted(__import__("actorflow.cluster.chaos", fromlist=["MOMENTS"]).MOMENTS)),
+              default=None, help="kill at this moment inside the actor instead of at once")
+@click.option("--operator", default=None, help="kill only instances of this operator")
+@click.option("--key", "keys", multiple=True, help="key column(s) to compare by (default: the first column)")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--address", default=None, help="an existing Ray cluster (host:port or 'auto'); default: a local Ray")
+def chaos(target: str, kills: int, every: str, first: str | None, interval: str, moment: str | None,
+          operator: str | None, keys: tuple[str, ...], seed: int, address: str | None) -> None:
+    """Run MODULE:PIPELINE once without failures, then again while killing its actors; report
+    what the second run lost, duplicated or made up. Exit code 1 unless the output is exact."""
+    import json
+    import tempfile
+
+    import ray
+
+    from actorflow.cluster.chaos import ChaosMonkey, compare_outputs
+    from actorflow.operators.errors import JobFailedError
+
+    every_s, first_s = _duration_s(every), _duration_s(first) if first is not None else None
+    interval_ms = max(10, int(_duration_s(interval) * 1000))
+    found = _find_pipeline(target)
+    _connect(address)
+    stream = _as_stream(target, found)
+    if stream.job_name is None:
+        stream.job_name = f"chaos-{os.getpid()}"
+    job = stream.job_name
+    try:
+        click.echo(f"{target}: a run without failures, for reference ...")
+        started = time.perf_counter()
+        expected = stream.execute(progress=False).to_arrow()
+        reference_s = time.perf_counter() - started
+        click.echo(f"  {expected.num_rows:,} rows in {reference_s:.1f} s")
+        click.echo(f"{target}: a run under chaos: up to {kills} kills, every {every_s:g} s, "
+                   f"checkpoints every {interval_ms} ms" + (f", at the moment {moment!r}" if moment else "") + " ...")
+        with tempfile.TemporaryDirectory(prefix="actorflow-chaos-") as directory:
+            started = time.perf_counter()
+            with ChaosMonkey(job, every_s=every_s, max_kills=kills, operator=operator, moment=moment, seed=seed,
+                             first_after_s=first_s) as monkey:
+                result = stream.execute(progress=False, checkpoint_interval_ms=interval_ms, checkpoint_dir=directory,
+                                        max_restarts=max(20, 2 * kills))
+            chaos_s = time.perf_counter() - started
+    except JobFailedError as error:
+        raise click.ClickException(str(error)) from error
+    actual = result.to_arrow()
+    key = list(keys) or [expected.column_names[0]]
+    report = compare_outputs(expected, actual, key)
+    report.kills, report.restarts, report.recoveries_s = monkey.kills, result.restarts, result.recoveries_s
+    # Ray prints its processes' log lines (a raylet's warnings) from a thread of its own, at any
+    # time while connected: disconnect first, so that the report, and its JSON line last, is whole.
+    ray.shutdown()
+    for line in report.lines():
+        click.echo(line)
+    checkpoints = result.checkpoints or {}
+    summary = {**report.summary(), "key": key, "reference_s": round(reference_s, 2), "chaos_s": round(chaos_s, 2),
+               "checkpoints_completed": len(checkpoints.get("completed", [])),
+               "checkpoint_s_p50": checkpoints.get("duration_s_p50")}
+    click.echo(json.dumps(summary))
+    if not report.exact:
+        sys.exit(1)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
+@click.pass_context
+def demo(ctx: click.Context) -> None:
+    """Enrich 100,000 clicks from a real HTTP service, then window them (what `make demo` runs)."""
+    import shutil
+
+    if shutil.which("java") is None:
+        raise _Usage("the demo runs Spark, which needs a JDK 17 'java' on PATH (e.g. apt-get install openjdk-17-jdk-headless)")
+    try:
+        demo_main = importlib.import_module("examples.enrich_clicks").main
+    except ModuleNotFoundError as error:
+        raise _Usage(f"the demo ships with actorflow's source tree; run it from there ({error})") from error
+    demo_main.main(args=ctx.args, prog_name="actorflow demo", standalone_mode=True)
+
+
+def _check_job_directory(path: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        filesystem, where = pafs.FileSystem.from_uri(path)
+    except (ValueError, OSError):
+        filesystem, where = pafs.LocalFileSystem(), os.path.abspath(path)
+    if filesystem.get_file_info(where).type != pafs.FileType.Directory:
+        raise _Usage(f"no checkpoint directory at {path!r}; pass a job's directory, <checkpoint-dir>/<job> "
+                     "(`actorflow checkpoints <checkpoint-dir>` lists them)")
+    selector = pafs.FileSelector(where, recursive=True)
+    if not any(i.base_name == "_metadata" for i in filesystem.get_file_info(selector)):
+        raise _Usage(f"{path!r} holds no complete checkpoint to resume from")
+
+
+def _find_pipeline(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise _Usage(f"expected MODULE:PIPELINE, such as examples.pipelines:tagged_users, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a module beside the caller, as `python -m` would find it
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise _Usage(f"cannot import {module_name!r}: {error}; run from the directory that holds it, "
+                     "or install it") from error
+    try:
+        found = getattr(module, attribute)
+    except AttributeError as error:
+        names = sorted(getattr(module, "__all__", None) or (n for n in vars(module) if not n.startswith("_")))
+        raise _Usage(f"module {module_name!r} has no {attribute!r}; it has {names}") from error
+    if not callable(found):
+        _as_stream(target, found)  # a value that is no pipeline fails here, before Ray starts
+    return found
+
+
+def _as_stream(target: str, obj: Any) -> Any:
+    from actorflow.cluster.datastream import DataStream
+
+    if callable(obj) and not isinstance(obj, DataStream):
+        obj = obj()  # built now that Ray runs: sources put their data into the object store
+    if not isinstance(obj, DataStream):
+        raise _Usage(f"{target} is a {type(obj).__name__}, expected a DataStream (from_spark(...), "
+                     "from_arrow(...) and their operators), or a function that returns one")
+    return obj
+
+
+def _connect(address: str | None, *, join_only: bool = False) -> None:
+    import ray
+
+    from actorflow.spark_bridge.session import ensure_ray
+
+    if address not in (None, "auto") and not address.startswith("ray://"):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
+                pass
+        except (OSError, ValueError) as error:
+            raise _Usage(f"cannot reach Ray at {address!r} ({error}); start it with `ray start --head`, "
+                         "or leave --address out for a local Ray") from error
+    try:
+        ensure_ray(address if address is not None or not join_only else "auto")
+    except ConnectionError as error:
+        raise _Usage(f"no Ray cluster to join at {address or 'auto'!r}: {error}; start one with `ray start --head`, "
+                     "or pass --address") from error
+    if not ray.is_initialized():
+        raise _Usage(f"Ray did not start at {address!r}")
+
+
+def _has_dashboard() -> bool:
+    """Whether the connected cluster's dashboard (home of the State API) has noted its address.
+
+    Asked once: the State API client asks again every 2 s for 40 s before it gives up."""
+    from ray._private import ray_constants
+    from ray.experimental import internal_kv
+
+    try:
+        address = internal_kv._internal_kv_get(ray_constants.DASHBOARD_ADDRESS, namespace=ray_constants.KV_NAMESPACE_DASHBOARD)
+    except Exception:  # noqa: BLE001 - a probe only: the State API client then tries, and says what is wrong
+        return True
+    return bool(address)
+
+
+def _status_table() -> str:
+    import ray
+    from ray.util.state import list_actors
+
+    from ray.util.state.exception import RayStateApiException
+
+    ours: list[tuple[str, str]] | None = None
+    if _has_dashboard():
+        try:
+            actors = list_actors(address=ray.get_runtime_context().gcs_address, filters=[("ray_namespace", "=", NAMESPACE)],
+                                 limit=10_000, raise_on_missing_output=False)
+            ours = sorted(((a.name, a.state) for a in actors if a.class_name == "OperatorActor" and a.state != "DEAD"))
+        except (RayStateApiException, ConnectionError):
+            pass
+    if ours is None:
+        # A cluster started without its dashboard has no State API; its GCS still knows the
+        # live named actors, though not their states.
+        from actorflow.cluster.chaos import live_instances
+
+        ours = [(name, "ALIVE") for name in live_instances() if "/source[" not in name]
+    if not ours:
+        return "no actorflow operator instances are running"
+    figures: dict[str, dict[str, Any]] = {}
+    pending = {}
+    for name, state in ours:
+        if state == "ALIVE":
+            try:
+                pending[name] = ray.get_actor(name, namespace=NAMESPACE).stats.remote()
+            except ValueError:  # it ended between the listing and now
+                continue
+    for name, ref in pending.items():
+        try:
+            figures[name] = ray.get(ref, timeout=5)
+        except Exception:  # noqa: BLE001 - a dying actor shows with empty figures
+            figures[name] = {}
+    last_checkpoint = {job: _last_checkpoint(job) for job in {name.split("/", 1)[0] for name, _ in ours}}
+    header = (f"{'operator instance':<40} {'state':<9} {'in':>10} {'out':>10} {'in flight':>9} {'watermark':>15} "
+              f"{'checkpoint':>10} {'restarts':>8}")
+    lines = [header, "-" * len(header)]
+    for name, state in ours:
+        f = figures.get(name, {})
+        watermark = f.get("watermark_ms")
+        lines.append(
+            f"{name:<40} {state:<9} {f.get('records_in', ''):>10} {f.get('records_out', ''):>10} "
+            f"{f.get('in_flight_requests', ''):>9} {'' if watermark is None else watermark:>15} "
+            f"{last_checkpoint[name.split('/', 1)[0]]:>10} {f.get('restarts', ''):>8}"
+        )
+    return "\n".join(lines)
+
+
+def _last_checkpoint(job: str) -> str:
+    """The id of the job's last complete checkpoint; '-' for a job without checkpoints."""
+    import ray
+
+    from actorflow.actors.naming import instance_name
+    from actorflow.cluster.checkpoints.coordinator import COORDINATOR
+
+    try:
+        coordinator = ray.get_actor(instance_name(job, COORDINATOR, 0, 1), namespace=NAMESPACE)
+        last = ray.get(coordinator.figures.remote(), timeout=5)["last_completed"]
+    except Exception:  # noqa: BLE001 - no coordinator (no checkpoints), or it is going
+        return "-"
+    return "none yet" if last is None else str(last)
+

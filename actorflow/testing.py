@@ -1,0 +1,38 @@
+"""What a test author reaches for: the operator harness, the manual clock, and the chaos helpers.
+
+>>> import actorflow as af
+>>> h = af.testing.OperatorHarness(af.testing.MapOperator(str.upper))
+>>> h.process_element("a", timestamp_ms=1)
+>>> h.output_values()
+['A']
+
+The chaos helpers (``ChaosMonkey``, ``compare_outputs``, ``kill_actor``) need Ray and load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .operators.clock import ManualClock
+from .operators.elements import CheckpointBarrier, Record, Watermark, WatermarkStatus
+from .operators.harness import OperatorHarness
+from .operators.operator import FilterOperator, FlatMapOperator, MapOperator
+
+_CHAOS = ("ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor")
+
+__all__ = [
+    "CheckpointBarrier", "FilterOperator", "FlatMapOperator", "ManualClock", "MapOperator", "OperatorHarness", "Record",
+    "Watermark", "WatermarkStatus", *_CHAOS,
+]
+
+if TYPE_CHECKING:
+    from .cluster.chaos import ChaosMonkey, ChaosReport, compare_outputs, kill_actor
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CHAOS:
+        value = getattr(importlib.import_module("actorflow.cluster.chaos"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'actorflow.testing' has no attribute {name!r}")

@@ -1,0 +1,128 @@
+"""The console command, run as a user runs it: a subprocess, its output and its exit code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import ray
+
+from examples.pipelines import slow_users, steady_users
+from actorflow.operators import JobFailedError
+from tests.waiting import Background, find_actor, poll
+
+pytestmark = [pytest.mark.ray, pytest.mark.processes]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _actorflow(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "actorflow", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_the_console_script_is_installed():
+    script = shutil.which("actorflow", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    assert script is not None
+    done = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and all(c in done.stdout for c in ("run", "status", "demo"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "nosuch.module:x"], "cannot import 'nosuch.module': No module named 'nosuch'"),
+        (["run", "examples.pipelines:nothing"], "module 'examples.pipelines' has no 'nothing'; it has ['slow_users', 'steady_users', 'tagged_users']"),
+        (["run", "examples.pipelines"], "expected MODULE:PIPELINE"),
+        (["run", "examples.pipelines:__doc__"], "is a str, expected a DataStream"),
+        (["status", "--address", "127.0.0.1:1"], "cannot reach Ray at '127.0.0.1:1'"),
+        (["run", "examples.pipelines:tagged_users", "--resume-from", "/nonexistent/job"],
+         "no checkpoint directory at '/nonexistent/job'"),
+    ],
+    ids=["no-module", "no-attribute", "no-colon", "not-a-stream", "ray-unreachable", "no-checkpoint-dir"],
+)
+def test_the_usual_mistakes_get_one_line_and_exit_code_2(args, message):
+    done = _actorflow(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_run_runs_a_pipeline_to_its_end():
+    done = _actorflow("run", "examples.pipelines:tagged_users", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "job 'tagged-users', 2,000 records in, 2,000 records out" in done.stdout
+
+
+def test_status_shows_every_instance_of_a_running_job(ray_session):
+    job = Background(lambda: slow_users().execute(progress=False))
+    actor = poll(lambda: find_actor("slow-users/slow[0/1]"))
+    poll(lambda: ray.get(actor.stats.remote())["records_in"] > 0)
+    done = _actorflow("status", "--address", ray.get_runtime_context().gcs_address)
+    ray.kill(actor)  # the job fails and cleans up; the test has seen what it needed
+    assert job.failed_with(JobFailedError, "an actor died"), job.error
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["operator", "instance", "state", "in"]
+    (row,) = [line for line in lines if line.startswith("slow-users/slow[0/1]")]
+    fields = row.split()
+    assert fields[1] == "ALIVE" and int(fields[2]) > 0 and int(fields[4]) <= 2  # records in; in flight <= capacity
+
+
+def test_chaos_kills_a_pipelines_actors_and_reports_an_exact_output(ray_session):
+    import json
+
+    import ray
+
+    done = _actorflow("chaos", "--kills", "2", "--every", "1s", "--checkpoint-interval", "300ms",
+                      "--address", ray.get_runtime_context().gcs_address, "examples.pipelines:steady_users", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "lost 0, duplicated 0, unexpected 0  (exact)" in done.stdout
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["expected_rows"] == summary["actual_rows"] == 40_000
+    assert summary["kills"] >= 1 and summary["restarts"] == summary["kills"], summary
+    assert summary["key"] == ["user"]
+
+
+def test_chaos_refuses_a_duration_it_cannot_read():
+    done = _actorflow("chaos", "--every", "soon", "examples.pipelines:steady_users")
+    assert done.returncode == 2 and "expected a duration such as 2s, 500ms or 1m, got 'soon'" in done.stderr
+
+
+def test_status_shows_the_last_checkpoint_and_the_restarts_of_a_recovered_job(ray_session, tmp_path):
+    stream = steady_users(200_000)
+    job = Background(lambda: stream.execute(progress=False, checkpoint_interval_ms=200, checkpoint_dir=str(tmp_path)))
+    first = poll(lambda: find_actor("steady-users/tag[0/2]"))
+    poll(lambda: ray.get(first.checkpoints_done.remote()) >= 1)
+    ray.kill(first, no_restart=True)
+    restarted = poll(lambda: find_actor("steady-users/tag[0/2]@1"))
+    poll(lambda: ray.get(restarted.checkpoints_done.remote()) >= 1)
+    # The restarted instance has written its part of a checkpoint; the job's checkpoint is
+    # complete once every instance has. Ids go on from the first attempt's, so this one is >= 2.
+    coordinator = find_actor("steady-users/checkpoint_coordinator[0/1]")
+    poll(lambda: (ray.get(coordinator.figures.remote())["last_completed"] or 0) >= 2)
+    done = _actorflow("status", "--address", ray.get_runtime_context().gcs_address)
+    # The test has seen what it needed: end the job now. Without its coordinator it cannot
+    # restart, so killing an instance after it fails the job instead of replaying it.
+    for name in ("steady-users/checkpoint_coordinator[0/1]", "steady-users/tag[0/2]@1", "steady-users/tag[1/2]@1"):
+        actor = find_actor(name)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+    assert job.join(120).failed_with(JobFailedError), job.error
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[-2:] == ["checkpoint", "restarts"]
+    (row,) = [line for line in lines if line.startswith("steady-users/tag[0/2]@1")]
+    fields = row.split()
+    assert fields[1] == "ALIVE" and int(fields[-2]) >= 2 and fields[-1] == "1"  # a checkpoint id; one restart
+
+
+def test_run_with_a_checkpoint_directory_runs_the_job_to_its_end_on_a_running_ray(ray_session, tmp_path):
+    import ray
+
+    done = _actorflow("run", "examples.pipelines:tagged_users", "--no-progress", "--checkpoint-dir", str(tmp_path),
+                      "--checkpoint-interval", "100ms", "--address", ray.get_runtime_context().gcs_address)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "job 'tagged-users', 2,000 records in, 2,000 records out" in done.stdout
