@@ -1,0 +1,3 @@
+"""A user's own package named ``cluster``."""
+
+WHOSE = "the user's cluster"
