@@ -2,7 +2,7 @@
 
 >>> import actorflow as af
 >>> af.windows.TumblingEventTimeWindows(size_ms=60_000).assign_windows(None, 61_000, None)
-[TimeWindow(start=60000, end=120000)]
+[TimeWindow(start_ms=60000, end_ms=120000)]
 """
 
 from .operators.windows import (
