@@ -1,4 +1,4 @@
-"""What a test author reaches for: the operator harness, the manual clock, and the chaos helpers.
+"""What a test author reaches for: the operator harness, the async operators, the manual clock, and the chaos helpers.
 
 >>> import actorflow as af
 >>> h = af.testing.OperatorHarness(af.testing.MapOperator(str.upper))
@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from .operators.clock import ManualClock
 from .operators.elements import CheckpointBarrier, Record, Watermark, WatermarkStatus
+from .operators.async_batch_operator import async_wait_batch
+from .operators.async_wait_operator import async_wait
 from .operators.harness import OperatorHarness
 from .operators.operator import FilterOperator, FlatMapOperator, MapOperator
 
@@ -23,7 +25,7 @@ _CHAOS = ("ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor")
 
 __all__ = [
     "CheckpointBarrier", "FilterOperator", "FlatMapOperator", "ManualClock", "MapOperator", "OperatorHarness", "Record",
-    "Watermark", "WatermarkStatus", *_CHAOS,
+    "Watermark", "WatermarkStatus", "async_wait", "async_wait_batch", *_CHAOS,
 ]
 
 if TYPE_CHECKING:
