@@ -315,11 +315,10 @@ def _has_dashboard() -> bool:
     """Whether the connected cluster's dashboard (home of the State API) has noted its address.
 
     Asked once: the State API client asks again every 2 s for 40 s before it gives up."""
-    from ray._private import ray_constants
-    from ray.experimental import internal_kv
+    from actorflow.actors.upstream.ray import dashboard_address
 
     try:
-        address = internal_kv._internal_kv_get(ray_constants.DASHBOARD_ADDRESS, namespace=ray_constants.KV_NAMESPACE_DASHBOARD)
+        address = dashboard_address()
     except Exception:  # noqa: BLE001 - a probe only: the State API client then tries, and says what is wrong
         return True
     return bool(address)

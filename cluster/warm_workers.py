@@ -51,7 +51,7 @@ next job could find its worker ended by Ray just before it came.
 The next job ends those rounds as it starts (``end_top_ups``): it takes the workers that wait,
 which they would count as missing and start again, and its own end tops them up.
 A local Ray started by ``spark_bridge.ensure_ray`` keeps a worker that ran a task for a minute
-after (``spark_bridge.session.IDLE_WORKER_KEEP_MS``), where Ray ends it after a second:
+after (``actors.upstream.ray.IDLE_WORKER_KEEP_MS``), where Ray ends it after a second:
 so the processes of one job's blocking calls serve the next job's, and only its actors'
 processes, which Ray never reuses, are new. On a machine of two cores a worker's start costs
 2-3 s of CPU; without this, a job of two instances of blocking calls would start six after it
@@ -59,12 +59,14 @@ ends, its actors' two and its tasks' four.
 
 It is an optimisation only: where it cannot apply (Ray Client, a job-level runtime environment,
 whose workers a prestarted one would not match, or a raylet that refuses), nothing happens,
-and actors start as Ray starts them.
+and actors start as Ray starts them; a failure is reported once, as a warning. The mechanism (the
+raylet's gRPC call, the scan of processes) is ``actors.upstream.ray``'s, and
+``ACTORFLOW_NO_PRESTART_WORKERS=1`` turns it off.
 """
 
 from __future__ import annotations
 
-import gc
+import importlib
 import logging
 import os
 import threading
@@ -74,6 +76,9 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import ray
+
+from actorflow.actors import upstream
+from actorflow.actors.upstream import ray as ray_upstream
 
 __all__ = ["ACTOR_RUNTIME_ENV", "TASK_WORKERS", "end_top_ups", "learn_actor_env", "prepare_worker",
            "prestart_task_workers", "prestart_workers", "top_up_task_workers"]
@@ -132,7 +137,7 @@ def prestart_workers(actors: int, tasks: int = 0, settle_s: float = TASK_SETTLE_
     serve the next job's instead of new ones. An idle prestarted worker exits after ``KEEP_ALIVE_S``;
     one with less than ``LIFE_LEFT_S`` left counts for nothing.
     """
-    if actors + tasks <= 0 or not ray.is_initialized():
+    if actors + tasks <= 0 or not ray.is_initialized() or not upstream.enabled("prestart_workers"):
         return None
     try:
         context = ray.get_runtime_context()
@@ -140,7 +145,7 @@ def prestart_workers(actors: int, tasks: int = 0, settle_s: float = TASK_SETTLE_
         address = _raylet_address()
         env = None if address is None else _known_actor_env(_job_key(context))
     except Exception as error:  # noqa: BLE001 - an optimisation: the next job starts its processes itself
-        _log.debug("prestarting Ray workers failed: %s", error)
+        _failed(error)
         return None
     if address is None or env is None:
         return None
@@ -166,7 +171,7 @@ def prestart_task_workers(count: int = TASK_WORKERS, settle_s: float = TASK_SETT
     start while the caller's job winds down rather than as the next one begins, and again once
     Ray has ended the ones it does not keep (``settle_s``).
     """
-    if count <= 0 or not ray.is_initialized():
+    if count <= 0 or not ray.is_initialized() or not upstream.enabled("prestart_workers"):
         return None
     try:
         context = ray.get_runtime_context()
@@ -175,7 +180,7 @@ def prestart_task_workers(count: int = TASK_WORKERS, settle_s: float = TASK_SETT
         address = _raylet_address()
         env = _driver_env()
     except Exception as error:  # noqa: BLE001 - an optimisation only
-        _log.debug("prestarting Ray workers for tasks failed: %s", error)
+        _failed(error)
         return None
     if address is None:
         return None
@@ -220,7 +225,7 @@ def _top_up_in_thread(name: str, missing: Callable[[], int], settle_s: float,
                 if wanted > 0 and ray.is_initialized():
                     request(wanted)
         except Exception as error:  # noqa: BLE001 - an optimisation only
-            _log.debug("prestarting Ray workers failed: %s", error)
+            _failed(error)
 
     thread = threading.Thread(target=top_up, name=name, daemon=True)
     thread.start()
@@ -300,27 +305,16 @@ class _Worker(NamedTuple):
 
 def _idle_workers(job: str) -> Iterator[_Worker]:
     """The Python workers of Ray job ``job`` on this machine that are idle or still starting."""
-    # One still setting up its runtime environment does not carry that environment yet.
-    for worker in _job_workers(job):
-        if worker.cmdline[0].startswith("ray::IDLE") or _starting(worker.cmdline) == "default_worker.py":
-            yield worker
-
-
-def _job_workers(job: str) -> Iterator[_Worker]:
-    """Each process of Ray job ``job`` on this machine."""
-    import psutil
-
     from actorflow.actors.task_function import worker_mark
 
-    for process in psutil.process_iter(["cmdline", "environ", "create_time"]):
-        cmdline, env, created = process.info["cmdline"], process.info["environ"], process.info["create_time"]
-        if cmdline and env and env.get("RAY_JOB_ID") == job:
-            yield _Worker(cmdline, env, worker_mark(process.pid, created), created)
+    for worker in ray_upstream.job_workers(job):
+        if ray_upstream.idle_or_starting(worker.cmdline):
+            yield _Worker(worker.cmdline, worker.env, worker_mark(worker.pid, worker.created), worker.created)
 
 
 def _driver_env() -> str:
     """The runtime environment of this driver's tasks, as Ray serialised it: the job's."""
-    return ray._private.worker.global_worker.core_worker.get_current_runtime_env()  # type: ignore[attr-defined, no-any-return]
+    return ray_upstream.current_runtime_env()
 
 
 def _known_actor_env(key: str) -> str | None:
@@ -339,22 +333,7 @@ def _known_actor_env(key: str) -> str | None:
 
 
 def _request(address: str, job_id: bytes, env: str, count: int) -> None:
-    import grpc
-    from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc, runtime_environment_pb2
-
-    # A channel per request, closed at once: one left open until the raylet stops at exit
-    # makes gRPC log a GOAWAY line on the user's console.
-    with grpc.insecure_channel(address) as channel:
-        node_manager_pb2_grpc.NodeManagerServiceStub(channel).PrestartWorkers(
-            node_manager_pb2.PrestartWorkersRequest(
-                language=common_pb2.PYTHON,
-                job_id=job_id,
-                runtime_env_info=runtime_environment_pb2.RuntimeEnvInfo(serialized_runtime_env=env),
-                keep_alive_duration_secs=KEEP_ALIVE_S,
-                num_workers=count,
-            ),
-            timeout=2,
-        )
+    ray_upstream.request_workers(address, job_id, env, count, KEEP_ALIVE_S)
 
 
 def _request_chunks(address: str, job_id: bytes, env: str, count: int) -> None:
@@ -374,24 +353,20 @@ def _request_chunks(address: str, job_id: bytes, env: str, count: int) -> None:
             _request(address, job_id, env, min(rest, chunk))
             rest -= chunk
     except Exception as error:  # noqa: BLE001 - an optimisation only
-        _log.debug("prestarting %d Ray workers failed: %s", count, error)
+        _failed(error)
 
 
 def _starting_workers(job: str) -> int:
     """Python worker processes of Ray job ``job`` on this machine that are not up yet."""
-    return sum(1 for worker in _job_workers(job) if _starting(worker.cmdline) is not None)
+    return sum(1 for worker in ray_upstream.job_workers(job) if ray_upstream.starting_script(worker.cmdline) is not None)
 
 
-def _starting(cmdline: list[str]) -> str | None:
-    """The script a worker process that is not up yet runs (``setup_worker.py``, which sets up
-    its runtime environment, then ``default_worker.py``); None for any other process.
-
-    A worker names itself ``ray::IDLE`` once it is up.
-    """
-    if cmdline[0].startswith("ray::"):
-        return None
-    return next((name for part in cmdline[:3] for name in ("setup_worker.py", "default_worker.py") if part.endswith(name)),
-                None)
+def _failed(error: Exception) -> None:
+    """Report a failed request once, unless Ray went meanwhile (a driver that ends)."""
+    if ray.is_initialized():
+        upstream.failed("prestart_workers", error)
+    else:
+        _log.debug("prestarting Ray workers ended with Ray: %s", error)
 
 
 def prepare_worker() -> None:
@@ -412,19 +387,16 @@ def _import_for_actors() -> None:
         import actorflow.operators.windows.vectorised  # noqa: F401 - the Arrow path imports it at its first batch
         import pandas  # noqa: F401 - pyarrow's first conversion of a Python value imports it: 0.2-0.3 s
         import pyarrow.acero  # noqa: F401 - Table.group_by imports it: 12 ms
-        # What Ray imports when it first deserializes in a worker (the actor's own arguments):
-        # about 30 ms, mostly pydantic.
-        import ray._common.pydantic_compat  # noqa: F401
-        import ray._private.arrow_serialization  # noqa: F401
-        import ray.experimental.channel  # noqa: F401 - and at its first deserialization of a batch
+
+        for module in ray_upstream.DESERIALIZATION_MODULES:
+            importlib.import_module(module)
     except Exception as error:  # noqa: BLE001 - an optimisation only
-        _log.debug("preparing a Ray worker failed: %s", error)
+        _log.warning("preparing a Ray worker for actorflow's actors failed: %s", error)
         return
-    # What the imports built lives as long as the process: collect once and freeze it, so that
-    # the collection an actor makes before it starts (see OperatorActor) walks only its own
-    # objects, a millisecond instead of about 40.
-    gc.collect()
-    gc.freeze()
+    # What the imports built lives as long as the process: collect once and freeze it
+    # (``actors.upstream.cpython``), so that the collection an actor makes before it starts walks
+    # only its own objects.
+    upstream.start("worker")
 
 
 def _startup_concurrency() -> int:

@@ -1,6 +1,8 @@
-"""Ring 3 of actorflow on Spark: the Spark-on-Ray session, ``from_spark``/``to_spark``, ``enrich()``."""
+"""Ring 3 of actorflow on Spark: the Spark-on-Ray session, ``from_spark``/``to_spark``, ``enrich()``.
 
-from . import fork_safety
+Importing it patches nothing: ``ensure_ray`` starts the driver's workarounds (``actors.upstream``).
+"""
+
 from .enrich import enrich, enrich_async
 from .session import ensure_ray, spark_session, stop_spark
 from .spark_cluster import SparkCluster, on_spark_cluster
@@ -10,5 +12,3 @@ __all__ = [
     "SparkCluster", "SparkDataStream", "enrich", "enrich_async", "ensure_ray", "from_spark", "last_job", "on_spark_cluster", "spark_session", "stop_spark",
     "to_arrow_schema",
 ]
-
-fork_safety.install()

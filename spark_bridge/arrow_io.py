@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from actorflow.actors.arrow_rows import conform_table, ipc_bytes
 from actorflow.actors.store_pages import process_pages
+from actorflow.actors.upstream.ray import owner_addresses
 from actorflow.operators.errors import SchemaError
 
 if TYPE_CHECKING:
@@ -295,7 +296,6 @@ def ipc_blocks_to_dataframe(
     before the action that read them has ended: what ``on_read`` starts would share the CPU
     with the rest of that action.
     """
-    import ray
     from pyspark import StorageLevel
     from raydp.spark.dataset import _convert_by_rdd
 
@@ -312,8 +312,7 @@ def ipc_blocks_to_dataframe(
     # public entry (ray_dataset_to_spark_dataframe) would map naive timestamps to timestamp, not
     # timestamp_ntz, and fetch the first block into this process to look at it; its inner
     # function takes the Spark schema as given.
-    core_worker = ray._private.worker.global_worker.core_worker  # type: ignore[attr-defined]
-    locations = [core_worker.get_owner_address(ref) for ref in block_refs]
+    locations = owner_addresses(block_refs)
     # The executors read the blocks once, into Spark's cache; from then on the DataFrame needs
     # nothing of Ray. Handing the blocks to RayDP's master instead would pin them until Spark
     # stops.

@@ -18,9 +18,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from actorflow.actors import upstream
+from actorflow.actors.upstream import ray as ray_upstream
 from actorflow.cluster.warm_workers import prestart_task_workers
 from actorflow.operators.errors import ActorflowError, ConfigurationError, SchemaError
-from actorflow.spark_bridge.console import drop_noise_from_ray_log_echo, stderr_of_children_filtered
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,9 +74,6 @@ _SUPPORTED_JAVA_MAJORS = (8, 11, 17)
 # RayDP's master shuts down its JVMs before it exits; this bounds the wait for it.
 _MASTER_STOP_TIMEOUT_S = 60.0
 
-#: How long a local Ray keeps an idle worker that ran a task, beyond those it always keeps.
-IDLE_WORKER_KEEP_MS = 60_000
-
 _lock = threading.RLock()
 _session: SparkSession | None = None
 
@@ -102,14 +100,11 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
     if num_cpus is not None and num_cpus <= 0:
         raise ConfigurationError(f"num_cpus must be > 0, got {num_cpus}")
     _prepare_process_environment()
+    # The driver's workarounds (actors.upstream), before Ray forks its processes: py4j's
+    # finalizers, and the modules the log echo thread imports.
+    upstream.start("driver")
     if ray.is_initialized():
         return
-    # The thread that echoes the workers' logs imports these on the first batch of lines; a
-    # main thread importing Ray's State API at that moment (actorflow status) shares part of their
-    # import chain, and two threads in one chain can meet a half-initialised module ("cannot import
-    # name 'DictCount' ... partially initialized module"). Imported here, before that thread starts.
-    import ray._private.event.event_logger  # noqa: F401
-    import ray.autoscaler.v2.utils  # noqa: F401
 
     ray.init(
         # "local": a new local Ray even where `ray start` left the address of a cluster (perhaps
@@ -132,7 +127,7 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
         # Ray ends an idle worker beyond its soft limit (one per CPU) a second after its last
         # task; a local Ray keeps it for a minute, so that the next job's blocking calls take the
         # processes of the last one's rather than start new ones (see cluster.warm_workers).
-        _system_config={"idle_worker_killing_time_threshold_ms": IDLE_WORKER_KEEP_MS} if address is None else None,
+        _system_config=ray_upstream.system_config() if address is None else None,
     )
 
 
@@ -180,9 +175,9 @@ def spark_session(
 
         import raydp
 
-        drop_noise_from_ray_log_echo()
+        ray_upstream.filter_log_echo()
         try:
-            with stderr_of_children_filtered():  # Spark's driver JVM starts in here
+            with ray_upstream.stderr_of_children_filtered():  # Spark's driver JVM starts in here
                 _session = raydp.init_spark(
                     app_name=app_name,
                     num_executors=num_executors,

@@ -1,5 +1,5 @@
 """An actor's process keeps the C heap's freed blocks for its next batch, and takes no transparent huge
-pages (``actors.heap``)."""
+pages (``actors.upstream.glibc``, ``actors.upstream.linux``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _ROUNDS = """
 import resource, sys
 import numpy as np
-from actorflow.actors.heap import keep_freed_memory
+from actorflow.actors.upstream.glibc import keep_freed_memory
 if sys.argv[1] == "keep" and not keep_freed_memory():
     raise SystemExit("keep_freed_memory() did not take")
 def one_round():
@@ -36,7 +36,7 @@ def _in_fresh_process(script: str, mode: str) -> int:
 
 
 def test_freed_batch_buffers_are_reused_instead_of_faulting_in_fresh_pages():
-    from actorflow.actors.heap import keep_freed_memory
+    from actorflow.actors.upstream.glibc import keep_freed_memory
 
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         assert keep_freed_memory() is False  # mallopt is glibc's: elsewhere the heap is left alone
@@ -52,7 +52,7 @@ def test_freed_batch_buffers_are_reused_instead_of_faulting_in_fresh_pages():
 _HUGE = """
 import sys
 import numpy as np
-from actorflow.actors.heap import small_pages
+from actorflow.actors.upstream.linux import small_pages
 if sys.argv[1] == "small" and not small_pages():
     raise SystemExit("small_pages() did not take")
 array = np.ones((16 << 20) // 8)
@@ -63,7 +63,7 @@ for line in open("/proc/self/smaps_rollup"):
 
 
 def test_a_batch_actors_arrays_take_no_huge_pages():
-    from actorflow.actors.heap import small_pages
+    from actorflow.actors.upstream.linux import small_pages
 
     if platform.system() != "Linux":
         assert small_pages() is False

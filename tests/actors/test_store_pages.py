@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pytest
 import ray
 
-from actorflow.actors.store_pages import StorePages, store_mappings
+from actorflow.actors.upstream.linux import StorePages, store_mappings
 
 MAPS = """\
 55d0c0000000-55d0c0021000 r-xp 00000000 08:01 1234   /usr/bin/python3.11

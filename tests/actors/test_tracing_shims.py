@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ray
 
-from actorflow.actors.tracing_shims import bind_private_methods
+from actorflow.actors.upstream.ray import bind_private_methods
 
 
 class Counter:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from actorflow.spark_bridge import console
+from actorflow.actors.upstream import ray as console
 
 NOISE_LINE = (
     "[2026-11-27 17:08:50,035 I 27616 27672] gcs_client.cc:92: GcsClient has no Cluster ID set, "
@@ -65,8 +65,8 @@ def test_rays_log_echo_passes_every_line_but_the_noise_and_is_filtered_once(echo
     echo_handlers.remove_handler("ray_print_logs")
     echo_handlers.add_handler("ray_print_logs", batches.append)
 
-    console.drop_noise_from_ray_log_echo()
-    console.drop_noise_from_ray_log_echo()
+    console.filter_log_echo()
+    console.filter_log_echo()
     echo_handlers.emit({"pid": 7, "is_err": True, "lines": ["one", f"(raylet) {NOISE_LINE}", "two"]})
     echo_handlers.emit({"pid": 8, "is_err": True, "lines": [NOISE_LINE]})
 
