@@ -1,6 +1,7 @@
 """Ring 3 of actorflow on Spark: the Spark-on-Ray session, ``from_spark``/``to_spark``, ``enrich()``.
 
-Importing it patches nothing: ``ensure_ray`` starts the driver's workarounds (``actors.upstream``).
+Importing it patches nothing: ``ensure_ray`` and ``on_spark_cluster`` start the driver's workarounds
+(``actors.upstream``).
 """
 
 from .enrich import enrich, enrich_async

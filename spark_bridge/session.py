@@ -100,9 +100,6 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
     if num_cpus is not None and num_cpus <= 0:
         raise ConfigurationError(f"num_cpus must be > 0, got {num_cpus}")
     _prepare_process_environment()
-    # The driver's workarounds (actors.upstream), before Ray forks its processes: py4j's
-    # finalizers, and the modules the log echo thread imports.
-    upstream.start("driver")
     if ray.is_initialized():
         return
 
@@ -372,6 +369,9 @@ def _prepare_process_environment() -> None:
     path = os.environ.get("PATH", "")
     if bin_dir not in path.split(os.pathsep):
         os.environ["PATH"] = bin_dir + (os.pathsep + path if path else "")
+    # The driver's workarounds (actors.upstream), before Ray forks its processes (ray.init here,
+    # setup_ray_cluster in on_spark_cluster): py4j's finalizers, the log echo thread's imports.
+    upstream.start("driver")
 
 
 _LOG4J_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")

@@ -17,7 +17,7 @@ break it silently. So each one here
   unless ``WORKAROUNDS[name].correctness`` says what it costs.
 
 Nothing is patched at import time. ``start("driver")`` turns on the driver's before it starts Ray
-(``spark_bridge.ensure_ray`` calls it), ``start("worker")`` a new Ray worker's (the
+(``spark_bridge.ensure_ray`` and ``on_spark_cluster`` call it), ``start("worker")`` a new Ray worker's (the
 ``worker_process_setup_hook`` of ``cluster.warm_workers``). The rest act where they are called,
 each behind its switch: an actor unwraps its own methods as it starts, a whole-batch actor tunes
 its heap, the console filter wraps the start of Spark's JVMs.
