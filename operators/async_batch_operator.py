@@ -47,6 +47,7 @@ from .async_batch_function import AsyncBatchFunction, FallbackOnBatchTimeout, as
 from .async_function import ResultFuture
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record, Watermark
+from .state import check_state, versioned
 from .errors import ConfigurationError, RecordError, ResultTypeError
 from .request_keys import key_text
 from .retry import RetryStrategy
@@ -178,6 +179,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         self._sequence = 0
         if state is None:
             return
+        if "version" in state:  # the unversioned states of earlier releases are the same plain data
+            check_state("async_batch", state)
         self._restored_flush_ms = state["flush_remaining_ms"]
         self._sequence = state.get("sequence", 0)
         sizes: dict[int, int] = {}
@@ -231,7 +234,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         return len(self._buffer)
 
     def snapshot_state(self) -> dict[str, Any]:
-        """Every record not yet emitted, in order, with the batch it belongs to (if it left).
+        """Every record not yet emitted, in order, with the batch it belongs to (if it left): the
+        ``async_batch`` structure of ``state.py``.
 
         ``items`` are ``("record", value, timestamp_ms, batch, origin, key)`` and ``("watermark",
         timestamp_ms)``; ``batches`` are ``(batch, attempt, remaining_ms)``; a restore sends each
@@ -277,10 +281,10 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         flush_remaining = None
         if self._flush_timer is not None:
             flush_remaining = max(0, self._flush_timer.timestamp_ms - now)
-        return {
+        return versioned("async_batch", {
             "items": items, "batches": list(batches.values()), "flush_remaining_ms": flush_remaining,
             "sequence": self._sequence,
-        }
+        })
 
     # ------------------------------------------------------------------ internals
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal
 
 from .async_attempt import COPIERS, DEAD_LETTER, CopyInputs, DeadLetter
 from .elements import Record, Watermark
+from .state import check_state
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
 from .mailbox_processor import CoalescingInbox
 from .operator import StreamOperator
@@ -335,13 +336,18 @@ class AsyncQueueOperator(StreamOperator):
                 ))
         return items
 
-    def _restore_items(self, state: Any | None) -> None:
-        """Restore ``{"items": [...], "sequence": n}``, or the bare list of items of older snapshots.
+    def _restore_items(self, kind: str, state: Any | None) -> None:
+        """Restore ``{"items": [...], "sequence": n}`` (the ``kind`` structure of ``state.py``), or
+        the bare list of items of older snapshots.
 
-        Items of older snapshots lack the origin and the key (six fields) or the key (seven); such
-        a record gets its key now, as if taken in again.
+        A state with a format version must have this release's (``check_state``). The unversioned
+        states of the releases before it are plain data of the same items and are read as they
+        are: items of older snapshots lack the origin and the key (six fields) or the key (seven);
+        such a record gets its key now, as if taken in again.
         """
         self._restored = []
+        if isinstance(state, dict) and "version" in state:
+            state = check_state(kind, state)
         if isinstance(state, dict):
             items, self._sequence = state["items"], state["sequence"]
         else:

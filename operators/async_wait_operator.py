@@ -44,6 +44,7 @@ from .async_attempt import _RUNNING, ATTEMPT_SLOTS, DEAD_LETTER, AttemptHandler,
 from .async_function import AsyncFunction, ResultFuture, as_async_function, results_error
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
+from .state import versioned
 from .errors import ConfigurationError, RecordError
 from .request_keys import RequestKey, key_text
 from .retry import RetryStrategy
@@ -203,7 +204,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
     # ------------------------------------------------------------------ lifecycle
 
     def initialize_state(self, state: Any | None) -> None:
-        self._restore_items(state)
+        self._restore_items("async_wait", state)
 
     def open(self) -> None:
         self._open_queue(self.queue_capacity)
@@ -240,7 +241,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
     def snapshot_state(self) -> dict[str, Any]:
         """Every element not yet emitted, in order: queued ones, then those waiting for room.
 
-        ``{"items": [...], "sequence": n}``: items are ``("record", value, timestamp_ms, attempt,
+        The ``async_wait`` structure of ``state.py``, ``{"items": [...], "sequence": n}`` with the format version: items are ``("record", value, timestamp_ms, attempt,
         remaining_ms, retry_in_ms, origin, key)`` and ``("watermark", timestamp_ms)``; ``n``
         counts the records taken in (the fallback idempotency keys). A restore also reads the
         bare list of items of older snapshots, whose items end before the origin or the key.
@@ -258,7 +259,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
                     handler.remaining_ms(now), handler.retry_in_ms(now), entry.record.origin, key_text(entry.key),
                 ))
         items.extend(self._snapshot_waiting())
-        return {"items": items, "sequence": self._sequence}
+        return versioned("async_wait", {"items": items, "sequence": self._sequence})
 
     # ------------------------------------------------------------------ internals
 

@@ -13,6 +13,7 @@ Every error the project raises derives from ``ActorflowError``::
     │   └── ResultTypeError       a user function returned something of the wrong type or shape
     ├── SchemaError               data that does not match the declared schema (null event time, ...)
     ├── ForeignError              stands in for an exception that cannot be pickled
+    ├── StateFormatError          a snapshot this release cannot restore (its format version, or pre-rename)
     └── JobFailedError            a job stopped because one of its operators failed
 
 Messages say what was wrong, what was expected, and what was got.
@@ -34,6 +35,7 @@ __all__ = [
     "RecordError",
     "ResultTypeError",
     "SchemaError",
+    "StateFormatError",
     "UserFunctionError",
     "describe_value",
     "portable",
@@ -121,6 +123,11 @@ class ResultTypeError(RecordError, TypeError):
 
 class SchemaError(ActorflowError, ValueError):
     """Data that does not fit the declared schema."""
+
+
+class StateFormatError(ActorflowError):
+    """A snapshot this release cannot restore: another format version, no version at all, or a
+    checkpoint written before the package was renamed to ``actorflow``. Never half-restored."""
 
 
 class ForeignError(ActorflowError):

@@ -43,6 +43,7 @@ from urllib.parse import quote, unquote
 import pyarrow.fs as pafs
 
 from actorflow.operators.errors import ActorflowError, ConfigurationError
+from actorflow.operators.state import refuse_pre_rename
 
 __all__ = ["CheckpointError", "CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint"]
 
@@ -240,11 +241,18 @@ class CompletedCheckpoint:
         return int(self.metadata["size_bytes"])
 
     def read(self, task: str) -> bytes:
-        """``task``'s state; a task that wrote none is a ``CheckpointError`` naming the ones that did."""
+        """``task``'s state; a task that wrote none is a ``CheckpointError`` naming the ones that did.
+
+        A state written before the package rename (a pickle of top-level ``operators``, ``cluster``,
+        ...) is refused here with a one-line ``StateFormatError``, before anything unpickles it and
+        imports those names, which may be the user's own packages.
+        """
         if task not in self.metadata["tasks"]:
             raise CheckpointError(
                 f"checkpoint {self.checkpoint_id} of job {self.storage.job!r} holds no state of task {task!r}; "
                 f"it holds {self.tasks}"
             )
         with self.storage.filesystem.open_input_stream(f"{self.path}/{_file_name(task)}") as stream:
-            return bytes(stream.read())
+            data = bytes(stream.read())
+        refuse_pre_rename(data, f"checkpoint {self.checkpoint_id} of job {self.storage.job!r} (task {task!r})")
+        return data

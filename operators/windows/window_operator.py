@@ -35,7 +35,6 @@ Threading model: every method runs on the mailbox thread.
 
 from __future__ import annotations
 
-import pickle
 from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -48,6 +47,7 @@ from .assigners import GlobalWindows, MergingWindowAssigner, TimeWindow, WindowA
 from .contexts import WindowContexts
 from .evictors import CountEvictor, Evictor, TimestampedValue
 from .functions import AggregateFunction, Aggregations, ProcessWindowFunction
+from ..state import check_state, plain_window, versioned, window_of
 from .merging import MergingWindowSet
 from .panes import Panes, fired_windows, group_rows
 from .records import event_time_of, key_function, key_of, record_error
@@ -97,6 +97,7 @@ class WindowOperator(StreamOperator):
     ``evictor`` override the assigner's defaults.
     """
 
+    fires_on_event_time = True
     metrics: WindowOperatorMetrics
 
     def __init__(
@@ -183,35 +184,64 @@ class WindowOperator(StreamOperator):
     def initialize_state(self, state: Any | None) -> None:
         if state is None:
             return
-        s = pickle.loads(state)
-        self._contents = s["contents"]
-        self._trigger_state = s["trigger_state"]
-        self._window_state = s["window_state"]
-        self._global_state = s["global_state"]
+        s = check_state("window", state)  # refuses another format version before anything changes
+        contents: dict[tuple[Any, Any], Any] = {}
+        for key, window, kind, payload in s["contents"]:
+            if kind == "timestamped":
+                payload = [TimestampedValue(v, t) for v, t in payload]
+            elif kind == "elements":
+                payload = list(payload)
+            contents[(key, window_of(window))] = payload
+        self._contents = contents
+        self._trigger_state = {(k, window_of(w)): dict(d) for k, w, d in s["trigger_state"]}
+        self._window_state = {(k, window_of(w)): dict(d) for k, w, d in s["window_state"]}
+        self._global_state = {k: dict(d) for k, d in s["global_state"]}
         if self._merging_assigner is not None:
-            self._merging = {k: MergingWindowSet(self._merging_assigner, m) for k, m in s["merging"].items()}
-        self._timers.restore(s["timers"])
-        self._watermark = s["watermark"]
-        self._panes = s.get("panes")
-
-    def snapshot_state(self) -> bytes:
-        """Window contents, trigger and function state, merge sets and timers, as bytes.
-
-        Pickled at once, so that the operator may go on changing its state while the snapshot is
-        written elsewhere.
-        """
-        return pickle.dumps(
-            {
-                "contents": self._contents,
-                "trigger_state": self._trigger_state,
-                "window_state": self._window_state,
-                "global_state": self._global_state,
-                "merging": {k: m.mapping for k, m in self._merging.items()},
-                "timers": self._timers.snapshot(),
-                "watermark": self._watermark,
-                "panes": self._panes if self._panes else None,
+            self._merging = {
+                k: MergingWindowSet(self._merging_assigner, {window_of(w): window_of(sw) for w, sw in pairs})
+                for k, pairs in s["merging"]
             }
-        )
+        timers = s["timers"]
+        self._timers.restore({
+            "event": [(t, k, window_of(w)) for t, k, w in timers["event"]],
+            "processing": [(t, k, window_of(w)) for t, k, w in timers["processing"]],
+            "watermark": timers["watermark"],
+        })
+        self._watermark = s["watermark"]
+        self._panes = None if s["panes"] is None else _panes_from_state(self, s["panes"])
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """Window contents, trigger and function state, merge sets and timers, as plain data
+        (the ``window`` structure of ``state.py``).
+
+        Every container is copied, so that the operator may go on changing its state while the
+        snapshot is written elsewhere; user values are shared (an operator never mutates one in place
+        that a snapshot holds: accumulators and reduced values are replaced, element lists copied).
+        """
+        contents: list[tuple[Any, ...]] = []
+        for (key, window), value in self._contents.items():
+            if self._keeps_elements:
+                if self.evictor is not None:
+                    contents.append((key, plain_window(window), "timestamped", [(v.value, v.timestamp_ms) for v in value]))
+                else:
+                    contents.append((key, plain_window(window), "elements", list(value)))
+            else:
+                contents.append((key, plain_window(window), "value", value))
+        timers = self._timers.snapshot()
+        return versioned("window", {
+            "watermark": self._watermark,
+            "contents": contents,
+            "trigger_state": [(k, plain_window(w), dict(d)) for (k, w), d in self._trigger_state.items()],
+            "window_state": [(k, plain_window(w), dict(d)) for (k, w), d in self._window_state.items()],
+            "global_state": [(k, dict(d)) for k, d in self._global_state.items()],
+            "merging": [(k, [(plain_window(w), plain_window(sw)) for w, sw in m.mapping.items()]) for k, m in self._merging.items()],
+            "timers": {
+                "event": [(t, k, plain_window(w)) for t, k, w in timers["event"]],
+                "processing": [(t, k, plain_window(w)) for t, k, w in timers["processing"]],
+                "watermark": timers["watermark"],
+            },
+            "panes": _panes_state(self._panes) if self._panes else None,
+        })
 
     # ---------------------------------------------------------------------- input
 
@@ -573,3 +603,28 @@ class WindowOperator(StreamOperator):
 
     def __repr__(self) -> str:
         return f"WindowOperator({self.name!r}, {self.assigner!r}, trigger={self.trigger!r})"
+
+
+def _panes_state(panes: Panes) -> dict[str, Any]:
+    """The Arrow path's open windows as plain data: their tables as Arrow IPC streams."""
+    import pyarrow as pa
+
+    tables = []
+    for table in panes.tables:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        tables.append(sink.getvalue().to_pybytes())
+    return {"size_ms": panes.size_ms, "earliest_start": panes.earliest_start, "rows_seen": panes.rows_seen, "tables": tables}
+
+
+def _panes_from_state(op: WindowOperator, state: dict[str, Any]) -> Panes:
+    """The panes ``_panes_state`` wrote; the keys and parts come from the operator, as they did."""
+    import pyarrow as pa
+
+    from .vectorised import _builtins
+
+    panes = Panes(list(op.key_fields or ()), _builtins(op) or [], state["size_ms"])
+    panes.tables = [pa.ipc.open_stream(data).read_all() for data in state["tables"]]
+    panes.earliest_start, panes.rows_seen = state["earliest_start"], state["rows_seen"]
+    return panes

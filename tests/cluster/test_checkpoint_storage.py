@@ -207,3 +207,18 @@ def test_the_console_command_lists_and_inspects_retained_checkpoints(tmp_path):
 def test_the_console_command_names_a_missing_checkpoint_directory(tmp_path):
     done = _cli("checkpoints", str(tmp_path / "nowhere"))
     assert done.returncode == 2 and "no checkpoint directory at" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_state_written_before_the_package_rename_is_refused_in_one_line_before_it_is_unpickled(storage):
+    import sys
+
+    from actorflow.operators.errors import StateFormatError
+    from tests.operators.fixtures.pre_rename import PRE_RENAME, pre_rename_pickle
+
+    pending = storage.begin(4)
+    pending.write("window[0/1]", pre_rename_pickle())
+    pending.complete()
+    with pytest.raises(StateFormatError) as info:
+        storage.latest().read("window[0/1]")
+    assert str(info.value) == f"checkpoint 4 of job 'clicks' (task 'window[0/1]') {PRE_RENAME}"
+    assert "operators" not in sys.modules

@@ -34,6 +34,8 @@ def test_snapshot_holds_in_flight_completed_unemitted_and_watermarks_in_order():
     h.set_processing_time(400)
     state = pickle.loads(h.snapshot())[0]
     assert state == {
+        "format": "async_wait",
+        "version": 1,
         "items": [
             ("record", "a", 1, 1, 600, None, None, "test/operator[0/1]/#0"),
             ("record", "b", 2, 1, 600, None, None, "test/operator[0/1]/#1"),  # its input is kept, and it will run again

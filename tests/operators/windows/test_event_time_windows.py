@@ -215,11 +215,9 @@ def test_session_late_record_goes_to_the_side_output():
 
 
 def test_cleanup_timer_is_at_max_timestamp_plus_lateness_and_saturates():
-    import pickle
-
     op = total(TumblingEventTimeWindows(1000), allowed_lateness_ms=2000)()
     h, _ = run(op, ["k1:1@10", f"k2:1@{MAX - 1750}"])
-    timers = pickle.loads(op.snapshot_state())["timers"]["event"]
+    timers = op.snapshot_state()["timers"]["event"]
     assert [t[0] for t in timers] == [999, 2999, MAX - 808]  # k1: trigger, cleanup; k2: trigger only
 
 

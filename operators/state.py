@@ -1,0 +1,204 @@
+"""The versioned state format: what an operator's snapshot holds, and which snapshots a release restores.
+
+A job that runs for weeks must be restorable by the next release, so an operator's state is
+documented plain data (dicts, lists, tuples, str, int, float, bool, None, bytes) with a format
+version, never a pickle of actorflow's own classes: a class renamed or changed in a later
+release cannot break an old checkpoint, and a change of *this* structure has to raise
+``STATE_FORMAT_VERSION`` and say what it does with the old one. A restore checks the version
+first and refuses another one with ``StateFormatError`` naming both.
+
+User values (record values, keys, accumulators, the values of user trigger and window state)
+are the user's objects and stay as they are inside the structure; the host pickles the
+checkpoint (Ray and the checkpoint storage need bytes), which is the only serializer that takes
+any user object. Pickle of a *plain* structure is stable across releases; ``is_plain`` checks it.
+
+Format version 1, per operator kind (``"format"`` names the kind; a stateless operator's state
+is ``None``)::
+
+    async_wait  {"format": "async_wait", "version": 1, "sequence": n,
+                 "items": [("record", value, timestamp_ms, attempt, remaining_ms, retry_in_ms, origin, key)
+                           | ("watermark", timestamp_ms), ...]}          # in emission order
+    async_batch {"format": "async_batch", "version": 1, "sequence": n, "flush_remaining_ms": ms | None,
+                 "items": [("record", value, timestamp_ms, batch, origin, key) | ("watermark", timestamp_ms)],
+                 "batches": [(batch, attempt, remaining_ms), ...]}
+    window      {"format": "window", "version": 1, "watermark": ms,
+                 "contents": [(key, window, "value", value) | (key, window, "elements", [value, ...])
+                              | (key, window, "timestamped", [(value, timestamp_ms), ...]), ...],
+                 "trigger_state" | "window_state": [(key, window, {name: value}), ...],
+                 "global_state": [(key, {name: value}), ...],
+                 "merging": [(key, [(window, state_window), ...]), ...],
+                 "timers": {"event" | "processing": [(timestamp_ms, key, window), ...], "watermark": ms},
+                 "panes": None | {"size_ms", "earliest_start", "rows_seen", "tables": [Arrow IPC stream bytes]}}
+
+A window is ``("time", start_ms, end_ms)`` or ``("global",)``; ``origin`` is a tuple of ints or
+None, ``key`` (of a request) a str. Times are ints of milliseconds; ``remaining_ms`` counts from
+the snapshot, so a restore on another machine's clock keeps each element's deadline.
+
+Checkpoints written before the package was renamed to ``actorflow`` are pickles of classes of
+the top-level packages ``operators``, ``actors``, ``cluster`` and ``spark_bridge``. Unpickling
+one would import those names, which may be a user's own packages: ``refuse_pre_rename`` reads
+the pickle's opcodes without running them and refuses such a checkpoint with a one-line error.
+"""
+
+from __future__ import annotations
+
+import pickle
+import pickletools
+from typing import Any
+
+from .errors import StateFormatError
+
+__all__ = [
+    "STATE_FORMAT_VERSION",
+    "check_state",
+    "is_plain",
+    "load_checkpoint",
+    "plain_window",
+    "refuse_pre_rename",
+    "versioned",
+    "window_of",
+]
+
+#: The state format this release writes and restores. Raise it with any change of the structures
+#: above, and say in this module what a restore does with the previous version.
+STATE_FORMAT_VERSION = 1
+
+#: The top-level packages of actorflow before the rename; a checkpoint referring to them is refused.
+PRE_RENAME_PACKAGES = frozenset({"operators", "actors", "cluster", "spark_bridge"})
+
+_PLAIN_SCALARS = (str, int, float, bool, bytes, type(None))
+
+
+def versioned(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the format's kind and version, as a snapshot holds it.
+
+    >>> versioned("window", {"watermark": 5})
+    {'format': 'window', 'version': 1, 'watermark': 5}
+    """
+    return {"format": kind, "version": STATE_FORMAT_VERSION, **body}
+
+
+def check_state(kind: str, state: Any) -> dict[str, Any]:
+    """``state`` if it is a ``kind`` operator's state of this release's format version; else
+    ``StateFormatError`` naming what was expected and what was got (nothing is restored).
+
+    >>> check_state("window", {"format": "window", "version": 2})
+    Traceback (most recent call last):
+    ...
+    actorflow.operators.errors.StateFormatError: window operator state has format version 2, but this actorflow restores state format version 1 only
+    """
+    if not isinstance(state, dict) or "version" not in state:
+        raise StateFormatError(
+            f"{kind} operator state has no format version (a {type(state).__name__}, written before the versioned "
+            f"state format); this actorflow restores state format version {STATE_FORMAT_VERSION} only"
+        )
+    if state["version"] != STATE_FORMAT_VERSION:
+        raise StateFormatError(
+            f"{kind} operator state has format version {state['version']!r}, but this actorflow restores "
+            f"state format version {STATE_FORMAT_VERSION} only"
+        )
+    if state.get("format") != kind:
+        raise StateFormatError(f"the state of a {kind} operator was expected, got the state of a {state.get('format')!r} operator")
+    return state
+
+
+def plain_window(window: Any) -> tuple[Any, ...]:
+    """A window as plain data: ``("time", start_ms, end_ms)`` or ``("global",)``."""
+    from .windows.assigners import GlobalWindow, TimeWindow  # windows import this module
+
+    if isinstance(window, TimeWindow):
+        return ("time", window.start_ms, window.end_ms)
+    if isinstance(window, GlobalWindow):
+        return ("global",)
+    raise StateFormatError(f"a window must be a TimeWindow or the GlobalWindow, got {type(window).__name__}")
+
+
+def window_of(plain: Any) -> Any:
+    """The window that ``plain_window`` wrote."""
+    from .windows.assigners import GlobalWindow, TimeWindow
+
+    if plain[0] == "time":
+        return TimeWindow(plain[1], plain[2])
+    if plain[0] == "global":
+        return GlobalWindow()
+    raise StateFormatError(f"a window in a snapshot is ('time', start_ms, end_ms) or ('global',), got {plain!r}")
+
+
+def is_plain(value: Any, path: str = "state") -> str | None:
+    """None if ``value`` is plain data all the way down; else the path to the first part that is not.
+
+    >>> is_plain({"a": [1, ("x", b"y", None)]}), is_plain({"a": [object()]})
+    (None, "state['a'][0]: object")
+    """
+    if isinstance(value, _PLAIN_SCALARS):
+        return None
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        for i, item in enumerate(value):
+            found = is_plain(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if type(value) is dict:
+        for k, item in value.items():
+            found = is_plain(k, f"{path} key {k!r}") or is_plain(item, f"{path}[{k!r}]")
+            if found is not None:
+                return found
+        return None
+    return f"{path}: {type(value).__name__}"
+
+
+# Opcodes that put a module and a name on the stack, or name one in their argument.
+_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
+_MEMO_PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
+_MEMO_GETS = {"GET", "BINGET", "LONG_BINGET"}
+
+
+def pickled_modules(data: bytes) -> set[str]:
+    """The modules whose classes or functions a pickle refers to, read from its opcodes (nothing is
+    imported or run)."""
+    modules: set[str] = set()
+    pushed: list[Any] = []  # what each opcode put on the stack, as far as a module name goes
+    memo: dict[int, Any] = {}
+    for op, arg, _ in pickletools.genops(data):
+        name = op.name
+        if name in ("GLOBAL", "INST"):
+            modules.add(str(arg).split(" ", 1)[0])
+            pushed.append(None)
+        elif name == "STACK_GLOBAL":
+            if len(pushed) >= 2 and isinstance(pushed[-2], str):
+                modules.add(pushed[-2])
+            pushed.append(None)
+        elif name == "MEMOIZE":
+            memo[len(memo)] = pushed[-1] if pushed else None
+        elif name in _MEMO_PUTS:
+            memo[int(arg or 0)] = pushed[-1] if pushed else None
+        elif name in _MEMO_GETS:
+            pushed.append(memo.get(int(arg or 0)))
+        elif name in _STRINGS:
+            pushed.append(arg if isinstance(arg, str) else None)
+        elif name not in ("FRAME", "PROTO"):
+            pushed.append(None)
+    return modules
+
+
+def refuse_pre_rename(data: bytes, what: str = "checkpoint") -> None:
+    """Refuse, in one line, a pickle of an actorflow from before the package rename (it refers to
+    top-level ``operators``, ``actors``, ``cluster`` or ``spark_bridge``), without unpickling it:
+    unpickling would import those names, which may be the user's own packages."""
+    try:
+        modules = pickled_modules(data)
+    except Exception:  # noqa: BLE001 - not a whole pickle: what reads it reports that, this looks for old names only
+        return
+    old = sorted(m for m in modules if m.split(".", 1)[0] in PRE_RENAME_PACKAGES)
+    if old:
+        raise StateFormatError(
+            f"{what} was written by an actorflow from before the package rename (it refers to module {old[0]!r}, "
+            f"now actorflow.{old[0]}) and cannot be restored by this release; start the job without it"
+        )
+
+
+def load_checkpoint(data: bytes, what: str = "checkpoint") -> Any:
+    """Unpickle a checkpoint after ``refuse_pre_rename``; the operators check their versions when
+    they restore."""
+    refuse_pre_rename(data, what)
+    return pickle.loads(data)
