@@ -14,6 +14,12 @@ Protocol (after Flink's ``CheckpointCoordinator``, one checkpoint at a time):
 Every call carries the job's *attempt*: after a restore, an acknowledgement from an actor of an
 earlier attempt is ignored.
 
+Background work: the interval loop (``_tick``) and each checkpoint's timeout (``_expire``). A
+checkpoint that cannot be started or aborted (its storage unreachable for a moment, say) fails no
+job: the job's output is only committed by complete checkpoints, so the loop logs a warning with
+the cause, keeps it in ``figures()["failures"]``, and tries again at the next interval. It never
+ends silently, which would stop the checkpoints of a job that goes on.
+
 Threading model: a Ray asyncio actor; the filesystem work runs in worker threads, one
 checkpoint at a time.
 """
@@ -21,6 +27,7 @@ checkpoint at a time.
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
 import time
 from dataclasses import dataclass
@@ -40,6 +47,8 @@ __all__ = ["COORDINATOR", "CheckpointConfig", "CheckpointCoordinator", "JobCheck
 #: The coordinator's operator name: the actor is ``<job>/checkpoint_coordinator[0/1]``, named like
 #: the operator instances, so the dashboard lists it with them.
 COORDINATOR = "checkpoint_coordinator"
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,7 @@ class CheckpointCoordinator:
         self._completed: list[int] = []
         self._aborted: list[tuple[int, str]] = []
         self._sizes: list[int] = []
+        self._failures: list[str] = []
         self._ticker: asyncio.Task[None] | None = None
         self._tags = {"job": job}
         for name, description in (("checkpoint_duration_ms", "Duration of the last complete checkpoint"),
@@ -245,6 +255,7 @@ class CheckpointCoordinator:
             "duration_s_p50": statistics.median(durations) if durations else None,
             "duration_s_max": max(durations) if durations else None,
             "size_bytes_last": self._sizes[-1] if self._sizes else None,
+            "failures": list(self._failures),
         }
 
     async def _abort_pending(self, reason: str) -> None:
@@ -257,14 +268,27 @@ class CheckpointCoordinator:
         for actor in self._participants:
             actor.abort_checkpoint.remote(pending.checkpoint_id)
 
+    def _failed(self, what: str, error: BaseException) -> None:
+        # A warning with the cause, and the job carries on (see the module's docstring).
+        message = f"{self!r}: {what} failed, the next checkpoint is tried at the next interval: {type(error).__name__}: {error}"
+        _log.warning(message)
+        self._failures.append(message)
+        del self._failures[:-20]  # the newest ones: a storage down for hours must not grow this
+
     async def _expire(self, checkpoint_id: int) -> None:
         await asyncio.sleep(self.config.timeout_ms / 1000)
-        async with self._lock:
-            if self._pending is not None and self._pending.checkpoint_id == checkpoint_id:
-                await self._abort_pending(f"it ran past its timeout of {self.config.timeout_ms} ms")
+        try:
+            async with self._lock:
+                if self._pending is not None and self._pending.checkpoint_id == checkpoint_id:
+                    await self._abort_pending(f"it ran past its timeout of {self.config.timeout_ms} ms")
+        except Exception as error:  # noqa: BLE001 - logged with its cause; the checkpoint is given up all the same
+            self._failed(f"aborting checkpoint {checkpoint_id} at its timeout", error)
 
     async def _tick(self) -> None:
         assert self.config.interval_ms is not None
         while True:
             await asyncio.sleep(self.config.interval_ms / 1000)
-            await self.trigger()
+            try:
+                await self.trigger()
+            except Exception as error:  # noqa: BLE001 - logged with its cause; the next interval tries again
+                self._failed("starting a checkpoint", error)
