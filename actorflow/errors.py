@@ -17,11 +17,12 @@ from .operators.errors import (
     RecordError,
     ResultTypeError,
     SchemaError,
+    StateFormatError,
     UserFunctionError,
 )
 
 __all__ = [
     "ActorflowError", "AsyncTimeoutError", "ConfigurationError", "ForeignError", "JobFailedError",
     "MailboxClosedError", "MailboxStateError", "MailboxThreadError", "RecordError", "ResultTypeError",
-    "SchemaError", "UserFunctionError",
+    "SchemaError", "StateFormatError", "UserFunctionError",
 ]

@@ -30,6 +30,7 @@ from .errors import (
     RecordError,
     ResultTypeError,
     SchemaError,
+    StateFormatError,
     UserFunctionError,
 )
 from .coroutine_runner import AsyncioCoroutineRunner
@@ -106,7 +107,7 @@ __all__ = [
     "MailboxProcessor", "MailboxState", "MailboxStateError", "MailboxThreadError", "ManualClock",
     "ManualProcessingTimeService", "MapOperator", "NoRetry", "OperatorChain", "OperatorContext",
     "OperatorHarness", "OperatorMetrics", "Output", "ProcessingTimeService", "Record", "RecordError",
-    "ResultFuture", "ResultTypeError", "RetryStrategy", "SchemaError", "StreamElement", "StreamOperator",
+    "ResultFuture", "ResultTypeError", "RetryStrategy", "SchemaError", "StateFormatError", "StreamElement", "StreamOperator",
     "Suspension", "SystemClock", "TaskMailbox", "Timer", "TimerHandle", "TimerService", "UserFunctionError",
     "Watermark", "WatermarkStatus", "any_exception", "as_async_function", "async_wait", "current_request_key",
     "current_request_keys", "empty_result", "exception_of_type",

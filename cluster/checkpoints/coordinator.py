@@ -155,6 +155,7 @@ class CheckpointCoordinator:
         self._aborted: list[tuple[int, str]] = []
         self._sizes: list[int] = []
         self._failures: list[str] = []
+        self._expiries: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._tags = {"job": job}
         for name, description in (("checkpoint_duration_ms", "Duration of the last complete checkpoint"),
@@ -206,7 +207,10 @@ class CheckpointCoordinator:
             self._started = time.monotonic()
             for reader in self._readers:
                 reader.trigger_checkpoint.remote(checkpoint_id)
-            asyncio.get_running_loop().create_task(self._expire(checkpoint_id))
+            # Held until it ends: the loop keeps only a weak reference to a task, which may go unfinished.
+            expiry = asyncio.get_running_loop().create_task(self._expire(checkpoint_id))
+            self._expiries.add(expiry)
+            expiry.add_done_callback(self._expiries.discard)
             return checkpoint_id
 
     async def acknowledge(self, attempt: int, checkpoint_id: int, task: str, size_bytes: int) -> None:
