@@ -17,18 +17,17 @@ Chaining
     A job whose operators share one parallelism then runs on exactly that many actors. Side
     outputs (dead letters) always stay in the actor that produced them, for ``take_side``.
 
-Watermarks
-    A ``StatusWatermarkValve`` takes the minimum over the input channels, leaving out idle and
-    ended ones. When every channel has ended, event time ends (``MAX_WATERMARK``) if it had begun.
-
-Arrow batches
-    A head operator with ``process_timestamped_batch`` (the window operator) takes each batch
-    whole, with its event times, instead of one record at a time.
+Input
+    Ring 1's ``StreamTask`` decides the order of the input (``operators.stream_task``): the
+    watermark valve, barrier alignment, the end of input, whole Arrow batches for a head that
+    ``TakesArrowBatches``. The actor hosts it: its remote methods fill the task's channels (the
+    ``InputGate``), and it provides the output, the snapshot's writing and the chaos moments.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import os
 import pickle
@@ -42,11 +41,14 @@ import pyarrow as pa
 
 from actorflow.operators.clock import SystemClock
 from actorflow.operators.errors import ActorflowError, portable
-from actorflow.operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, Watermark
+from actorflow.operators.async_batch_operator import AsyncBatchWaitOperator
+from actorflow.operators.async_wait_operator import AsyncWaitOperator
+from actorflow.operators.channel_items import END_OF_INPUT, ChannelItem, Partitioning, Records
+from actorflow.operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, CheckpointBarrier
 from actorflow.operators.coroutine_runner import AsyncioCoroutineRunner
-from actorflow.operators.mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
+from actorflow.operators.mailbox_processor import DefaultActionController, MailboxProcessor
 from actorflow.operators.operator import OperatorChain, OperatorContext, StreamOperator
-from actorflow.operators.watermarks import StatusWatermarkValve
+from actorflow.operators.stream_task import Rows, StreamTask
 
 from .arrow_rows import is_bare, table_to_rows
 from .channel import ChannelSender, InputGate
@@ -73,7 +75,7 @@ class ChainSpec:
     parallelism: int
     num_inputs: int
     operator_factories: list[Callable[[], StreamOperator]]
-    partitioning: str = "forward"
+    partitioning: Partitioning = Partitioning.FORWARD
     key: Callable[[Any], Any] | None = None
     # With hash partitioning: the factory of the next stage's head operator, whose
     # pre_aggregate a batch may go through before the split (a keyed window stage).
@@ -94,6 +96,9 @@ class ChainSpec:
     attempt: int = 0
     restore: int | None = None
 
+    def __post_init__(self) -> None:
+        self.partitioning = Partitioning(self.partitioning)
+
     @property
     def instance_name(self) -> str:
         return instance_name(self.job, self.name, self.index, self.parallelism, self.attempt)
@@ -112,25 +117,12 @@ class OperatorActor:
         self.name = spec.instance_name
         self._chain = OperatorChain([factory() for factory in spec.operator_factories])
         self._run_task: asyncio.Task[dict[str, Any]] | None = None
-        self._suspension: Suspension | None = None
-        self._rows: list[tuple[Any, int | None]] | None = None
-        self._row_origins: list[Any] | None = None
-        self._row_pos = 0
-        self._valve = StatusWatermarkValve(spec.num_inputs)
-        self._ended: set[int] = set()
-        self._current_watermark = MIN_TIMESTAMP
-        # The end of input moves the watermark to MAX_WATERMARK; this keeps how far event time got.
-        self._last_watermark: int | None = None
-        # A head operator that takes whole Arrow batches (the window operator's vectorised path).
-        self._arrow_head: Callable[[pa.Table, pa.Array], None] | None = getattr(
-            self._chain.head, "process_timestamped_batch", None)
-        if self._arrow_head is not None or spec.downstream_head is not None:
+        self._chain_open = False
+        # The input's order, the valve, alignment and the end of input: ring 1's, over the gate.
+        self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity, on_item=self._wake)
+        self._task = StreamTask(self._chain, self._gate, _ActorTaskHost(self), rows_per_round=spec.rows_per_round)
+        if self._task.takes_arrow_batches or spec.downstream_head is not None:
             for_whole_batches()  # whole columns of a batch at a time (see actors.heap)
-        # One that merges partial aggregates, which its peers' reads make of batches (route_items).
-        self._merge_partials: Callable[[pa.Table, int], int] | None = getattr(self._chain.head, "process_partials", None)
-        self._finishing = False
-        self._batches_in = 0
-        self._records_in = 0
         self._reader: BlockReader | None = None
         self._connected = asyncio.Event()  # set once connect() has made the input gate
         self._clock = SystemClock()
@@ -178,8 +170,6 @@ class OperatorActor:
         if downstream is None and spec.checkpoints is not None:
             stage = functools.partial(spec.checkpoints.stage, spec.index)
         self._local_sink = LocalSink(stage) if downstream is None else None
-        # The gate exists before any upstream actor can push into it.
-        self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity, on_item=self._wake)
         # A keyed read: where this instance's split goes by key, its own input or a peer's,
         # always on channel `index`.
         self._split_channels: list[Any] | None = None if peers is None else [
@@ -191,8 +181,8 @@ class OperatorActor:
             data = await asyncio.to_thread(spec.checkpoints.read_state, spec.restore, spec.task)
             self._restored = state = pickle.loads(data)
             for channel, items in enumerate(state["input"]):
-                for kind, payload in items:
-                    self._gate.file(channel, kind, payload)
+                for item in items:
+                    self._gate.file(channel, item)
             if reader is not None:
                 reader.restore(state["reader"])
         self._connected.set()
@@ -201,11 +191,11 @@ class OperatorActor:
         await self._connected.wait()  # the job may ask for both at once
         loop = asyncio.get_running_loop()
         spec = self.spec
-        self.processor = MailboxProcessor(self._default_action)
+        self.processor = MailboxProcessor(self._task.default_action)
         self.processor.mailbox.bind_to_current_thread()
         executor = self.processor.executor(0)
         clock = self._clock = SystemClock()
-        channel_id = 0 if spec.partitioning == "forward" else spec.index
+        channel_id = 0 if spec.partitioning is Partitioning.FORWARD else spec.index
         senders: list[ChannelSender | LocalSink]
         if self._local_sink is not None:
             senders = [self._local_sink]
@@ -217,7 +207,7 @@ class OperatorActor:
         self._output = BatchingOutput(
             self._outbox, partitioner, batch_size=spec.batch_size, schema=spec.output_schema, side=self._on_side,
             hint=spec.input_schema,
-            pre_aggregate=pre_aggregator(spec.downstream_head) if spec.partitioning == "hash" else None,
+            pre_aggregate=pre_aggregator(spec.downstream_head) if spec.partitioning is Partitioning.HASH else None,
         )
         processing_time = AsyncioProcessingTimeService(loop, executor, clock)
         runner = AsyncioCoroutineRunner(loop)
@@ -246,6 +236,7 @@ class OperatorActor:
         if restored is not None:
             self._restore_actor_state(restored)
         self._chain.open()
+        self._chain_open = True  # the operators' metrics and queues exist from here
         # Called on the event loop's thread, as _figures always is (every caller is on the loop).
         self._cpu_at_start = (time.thread_time(), time.process_time())
         self._exporter = OperatorMetricsExporter(spec.job, spec.name, f"{spec.index}/{spec.parallelism}")
@@ -281,12 +272,12 @@ class OperatorActor:
         self.processor.report_throwable(failure)
         self._wake()
 
-    async def push(self, channel: int, seq: int, items: list[tuple[str, Any]]) -> None:
+    async def push(self, channel: int, seq: int, items: list[ChannelItem]) -> None:
         if not self._connected.is_set():  # a peer that started first (see cluster.job's deploy)
             await self._connected.wait()
-        for kind, payload in items:
-            if kind == "records":
-                process_pages.passed(payload.table.nbytes)  # a large batch came through the store
+        for item in items:
+            if isinstance(item, Records):
+                process_pages.passed(item.batch.table.nbytes)  # a large batch came through the store
         await self._gate.push(channel, seq, items)
 
     async def wait(self) -> dict[str, Any]:
@@ -312,7 +303,7 @@ class OperatorActor:
 
     async def progress(self) -> int:
         """Rows read from the chained source, or else records taken in."""
-        return self._reader.rows_read if self._reader is not None else self._records_in
+        return self._reader.rows_read if self._reader is not None else self._task.records_in
 
     async def record_progress(self) -> dict[str, Any]:
         """Records with an outcome (taken in and emitted, filtered or dead-lettered), requests in
@@ -322,15 +313,15 @@ class OperatorActor:
         oldest: int | None = None
         if not hasattr(self, "processor"):  # not started yet
             return {"done": 0, "in_flight": 0, "oldest_ms": None}
-        for op in self._chain.operators:
-            pending += getattr(op, "records_pending", 0)
-            in_flight += getattr(op, "requests_in_flight", 0)
-            started = op.oldest_request_started_ms() if hasattr(op, "oldest_request_started_ms") else None
+        for op in self._async_operators():
+            pending += op.records_pending
+            in_flight += op.requests_in_flight
+            started = op.oldest_request_started_ms()
             if started is not None and (oldest is None or started < oldest):
                 oldest = started
         now = self._clock.now_ms()
         return {
-            "done": self._records_in - pending,
+            "done": self._task.records_in - pending,
             "in_flight": in_flight,
             "oldest_ms": None if oldest is None else now - oldest,
         }
@@ -371,9 +362,9 @@ class OperatorActor:
             pre_aggregate = getattr(self._chain.head, "pre_aggregate", None)
             await route_items(reader, self._split_channels, self._peer_key, self._between_items, pre_aggregate)
             return
-        async for kind, payload in reader.items():
+        async for item in reader.items():
             await self._gate.room(0)
-            self._gate.file(0, kind, payload)
+            self._gate.file(0, item)
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -391,10 +382,10 @@ class OperatorActor:
                 return
             self._reader_states[checkpoint_id] = reader.state()
             for channel in self._split_channels:
-                channel.send_now("barrier", checkpoint_id)
+                channel.send_now(CheckpointBarrier(checkpoint_id))
             return
         self._reader_states[checkpoint_id] = reader.state()
-        self._gate.file(0, "barrier", checkpoint_id)
+        self._gate.file(0, CheckpointBarrier(checkpoint_id))
 
     async def checkpoints_done(self) -> int:
         """Snapshots this instance wrote and acknowledged."""
@@ -403,17 +394,20 @@ class OperatorActor:
     async def arm_chaos(self, moment: str) -> bool:
         """End this actor's process when it reaches ``moment`` (see ``cluster.chaos.MOMENTS``);
         False if it never can (no async operator, no window, no checkpoints)."""
-        ops = self._chain.operators
-        has_async = any(hasattr(op, "queue") for op in ops)
+        has_async = bool(self._async_operators())
         reachable = {
             "snapshot": self.spec.checkpoints is not None,
             "queue_full": has_async, "retry_wait": has_async, "completion": has_async,
-            "window_fire": any("window" in type(op).__name__.lower() for op in ops),
+            "window_fire": any(op.fires_on_event_time for op in self._chain.operators),
         }
         if not reachable.get(moment, False):
             return False
         self._armed = moment
+        self._task.watch_fault_points = True
         return True
+
+    def _async_operators(self) -> list[AsyncWaitOperator | AsyncBatchWaitOperator]:
+        return [op for op in self._chain.operators if isinstance(op, (AsyncWaitOperator, AsyncBatchWaitOperator))]
 
     def _chaos_point(self, moment: str) -> None:
         if self._armed == moment:
@@ -422,13 +416,12 @@ class OperatorActor:
     def _chaos_watch(self) -> None:
         # Moments seen from outside the operators, on each tick.
         if self._armed == "retry_wait" or self._armed == "completion":
-            for op in self._chain.operators:
-                for entry in getattr(op, "queue", ()):
-                    handler = getattr(entry, "handler", None)
-                    if self._armed == "retry_wait" and getattr(handler, "retry_timer", None) is not None:
-                        self._chaos_point("retry_wait")
-                    if self._armed == "completion" and getattr(entry, "done", False):
-                        self._chaos_point("completion")
+            for op in self._async_operators():
+                if self._armed == "retry_wait" and any(
+                        getattr(getattr(entry, "handler", None), "retry_timer", None) is not None for entry in op.queue):
+                    self._chaos_point("retry_wait")
+                if self._armed == "completion" and any(entry.done for entry in op.queue):
+                    self._chaos_point("completion")
 
     async def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.processor.executor(0).execute_if_open(
@@ -436,6 +429,7 @@ class OperatorActor:
 
     async def abort_checkpoint(self, checkpoint_id: int) -> None:
         self._gate.drop_barriers(checkpoint_id)
+        self._wake()  # a channel the barrier held may have input, and no push may come to wake the task
         self._forget_reader_states(up_to=checkpoint_id)
         self.processor.executor(0).execute_if_open(
             self._chain.notify_checkpoint_aborted, "checkpoint aborted", checkpoint_id)
@@ -452,21 +446,13 @@ class OperatorActor:
         overtaken = self._outbox.put_barrier(checkpoint_id)
         reader_state = self._reader_states.get(checkpoint_id)
         self._forget_reader_states(up_to=checkpoint_id)
-        rows = [] if self._rows is None else self._rows[self._row_pos:]
-        origins = None if self._rows is None or self._row_origins is None else self._row_origins[self._row_pos:]
         state = {
             "chain": self._chain.snapshot_state(),
-            "rows": rows,
-            "row_origins": origins,
+            **self._task.snapshot_state(),
             "input": in_front,
             "output": overtaken,
             "reader": reader_state,
-            "valve": self._valve,
-            "ended": sorted(self._ended),
-            "watermark": self._current_watermark,
-            "records_in": self._records_in,
             "side_outputs": self._side_outputs,
-            "finishing": self._finishing,
         }
         data = pickle.dumps(state, protocol=5)
         self._chaos_point("snapshot")
@@ -484,18 +470,11 @@ class OperatorActor:
         spec.coordinator.acknowledge.remote(spec.attempt, checkpoint_id, spec.task, size)
 
     def _restore_actor_state(self, state: dict[str, Any]) -> None:
-        self._valve = state["valve"]
-        self._ended = set(state["ended"])
-        self._current_watermark = state["watermark"]
-        self._last_watermark = state["watermark"] if MIN_TIMESTAMP < state["watermark"] < MAX_WATERMARK else None
-        self._records_in = state["records_in"]
+        self._task.restore_state(state)
         self._side_outputs = state["side_outputs"]
-        self._finishing = state["finishing"]
-        if state["rows"]:
-            self._rows, self._row_pos, self._row_origins = list(state["rows"]), 0, state["row_origins"]
         for channel, items in enumerate(state["output"]):
-            for kind, payload in items:
-                self._outbox.put(channel, kind, payload)
+            for item in items:
+                self._outbox.put(channel, item)
 
     # -------------------------------------------------------------- mailbox side
 
@@ -503,7 +482,7 @@ class OperatorActor:
         try:
             await self.processor.run_mailbox_loop_async(mails_per_round=self.spec.mails_per_round)
             self._output.flush()
-            self._outbox.broadcast("end", None)
+            self._outbox.broadcast(END_OF_INPUT)
             await self._outbox.close()
             if self._local_sink is not None and self.spec.checkpoints is not None:
                 await self._local_sink.cut(self.spec.checkpoints.final_epoch)
@@ -530,105 +509,15 @@ class OperatorActor:
         except Exception:  # noqa: BLE001 - the first error is the one the job reports
             pass
 
-    def _default_action(self, controller: DefaultActionController) -> None:
-        chain = self._chain
-        if self._gate.barriers:
-            aligned = self._gate.take_aligned_barrier()
-            if aligned is not None:
-                self._snapshot(*aligned)
-                return
-        if self._outbox.is_full() or chain.is_blocked():
-            if self._armed is not None and chain.is_blocked():
-                self._chaos_point("queue_full")
-            if self._outbox.is_full() and self._backpressured_since is None:
-                self._backpressured_since = self._clock.now_ms()  # downstream takes no more
-            self._suspend(controller)  # woken when the outbox drains or the operator has room
-            return
-        if self._rows is not None:
-            rows, pos, origins = self._rows, self._row_pos, self._row_origins
-            process, blocked = chain.head.process_element, chain.blocked_check()  # once per record: bound once
-            end = min(len(rows), pos + self.spec.rows_per_round)
-            while pos < end:
-                value, ts = rows[pos]
-                process(Record(value, ts, None if origins is None else origins[pos]))
-                pos += 1
-                if blocked():
-                    break
-            self._records_in += pos - self._row_pos
-            self._row_pos = pos
-            if pos >= len(rows):
-                self._rows = None
-            return
-        if self._finishing:
-            if chain.advance_end_of_input():
-                self._output.flush()
-                controller.all_actions_completed()
-            else:
-                self._suspend(controller)  # woken when the last requests complete
-            return
-        item = self._gate.poll()
-        if item is None:
-            self._suspend(controller)  # woken by the next push
-            return
-        channel, kind, payload = item
-        if kind == "records":
-            self._batches_in += 1
-            if self._arrow_head is not None and payload.timestamps is not None and not is_bare(payload.table):
-                self._records_in += payload.num_rows
-                self._arrow_head(payload.table, payload.timestamps)
-                return
-            self._rows = list(table_to_rows(payload))
-            self._row_origins = payload.origin_list()
-            self._row_pos = 0
-        elif kind == "partials":
-            assert self._merge_partials is not None, "partials come only from peers with the same head"
-            self._batches_in += 1
-            self._records_in += self._merge_partials(*payload)
-        elif kind == "watermark":
-            self._forward(self._valve.input_watermark(channel, payload))
-        elif kind == "status":
-            self._forward(self._valve.input_watermark_status(channel, bool(payload)))
-        elif kind == "end":
-            if channel in self._ended:
-                return
-            self._ended.add(channel)
-            self._forward(self._valve.input_ended(channel))
-            if len(self._ended) == self.spec.num_inputs:
-                if self._current_watermark < MAX_WATERMARK and (
-                        self._valve.has_event_time or self._current_watermark > MIN_TIMESTAMP):
-                    # A bounded input ends event time, whatever its splits said: every window fires.
-                    # Also where the minimum never moved: an input that ended without a watermark
-                    # held the others' back until its end.
-                    self._forward([Watermark(MAX_WATERMARK)])
-                self._finishing = True
-                chain.end_input()
-        else:
-            raise ValueError(f"{self.name}: unknown channel item kind {kind!r}")
-
-    def _forward(self, elements: list[Any]) -> None:
-        # What the valve lets through: the minimum watermark over the live, active inputs.
-        for element in elements:
-            if isinstance(element, Watermark):
-                self._current_watermark = element.timestamp_ms
-                if MIN_TIMESTAMP < element.timestamp_ms < MAX_WATERMARK:
-                    self._last_watermark = element.timestamp_ms
-                before = self._output.records_out + self._output.buffered
-                self._chain.process_watermark(element)
-                if self._armed is not None and self._output.records_out + self._output.buffered > before:
-                    self._chaos_point("window_fire")
-            else:
-                self._chain.process_watermark_status(element)
-
-    def _suspend(self, controller: DefaultActionController) -> None:
-        self._suspension = controller.suspend_default_action()
-
     def _wake(self) -> None:
         if self._backpressured_since is not None and not self._outbox.is_full():
             self._backpressured_ms += self._clock.now_ms() - self._backpressured_since
             self._backpressured_since = None
-        if self._suspension is not None:
-            suspension, self._suspension = self._suspension, None
-            suspension.resume()
+        self._task.wake()
+
+    def _finished(self, controller: DefaultActionController) -> None:
+        self._output.flush()
+        controller.all_actions_completed()
 
     def _on_side(self, tag: str, values: list[Any]) -> None:
         self._side_outputs.setdefault(tag, []).extend(values)
@@ -662,33 +551,32 @@ class OperatorActor:
         totals = {"records_out": self._output.records_out if hasattr(self, "_output") else 0,
                   "retries": 0, "timeouts": 0, "dead_letters": 0, "failures": 0,
                   "late_records_dropped": 0}
-        for op in self._chain.operators:
-            queue = getattr(op, "queue", None)
-            if queue is not None:
-                queue_depth += len(queue)
-                in_flight += sum(1 for e in queue if not e.done)
-            metrics = getattr(op, "metrics", None)
-            if metrics is not None:
-                for k in ("retries", "timeouts", "dead_letters", "failures", "late_records_dropped"):
-                    totals[k] += getattr(metrics, k, 0)
-        wm = self._current_watermark
+        for async_op in self._async_operators() if self._chain_open else ():  # queues come with open
+            queue_depth += len(async_op.queue)
+            in_flight += sum(1 for e in async_op.queue if not e.done)
+        for op in self._chain.operators if self._chain_open else ():
+            for k, v in dataclasses.asdict(op.metrics).items():
+                if k in totals and k != "records_out":
+                    totals[k] += v
+        task = self._task
+        wm = task.current_watermark
         now = self._clock.now_ms()
         backpressured = self._backpressured_ms + (
             0 if self._backpressured_since is None else now - self._backpressured_since)
         return {
             "name": self.name,
-            "records_in": self._records_in,
-            "batches_in": self._batches_in,
+            "records_in": task.records_in,
+            "batches_in": task.batches_in,
             "in_flight_requests": in_flight,
             "async_queue_depth": queue_depth,
-            "input_queue_depth": len(self._gate) if hasattr(self, "_gate") else 0,
+            "input_queue_depth": len(self._gate),
             "mailbox_depth": self.processor.mailbox.size() if hasattr(self, "processor") else 0,
             "outbox_depth": self._outbox.pending if hasattr(self, "_outbox") else 0,
             "watermark_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else wm,
             # How far event time trails the wall clock (Flink's currentInputWatermark lag).
             "watermark_lag_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else now - wm,
             "backpressured_ms": backpressured,
-            "last_watermark_ms": self._last_watermark,
+            "last_watermark_ms": task.last_watermark,
             "restarts": self.spec.attempt,
             **self._cpu_figures(),
             **totals,
@@ -704,3 +592,37 @@ class OperatorActor:
         loop_s, process_s = self._cpu_at_start
         return {"event_loop_cpu_ms": round((time.thread_time() - loop_s) * 1000, 1),
                 "process_cpu_ms": round((time.process_time() - process_s) * 1000, 1)}
+
+
+class _ActorTaskHost:
+    """The actor's side of its stream task (``operators.stream_task.TaskHost``), on the mailbox thread."""
+
+    def __init__(self, actor: OperatorActor) -> None:
+        self._actor = actor
+
+    def output_is_full(self) -> bool:
+        actor = self._actor
+        if actor._outbox.is_full():
+            if actor._backpressured_since is None:
+                actor._backpressured_since = actor._clock.now_ms()  # downstream takes no more
+            return True
+        return False
+
+    def rows_of(self, batch: Any) -> Rows:
+        return list(table_to_rows(batch)), batch.origin_list()
+
+    def whole_batch(self, batch: Any) -> tuple[pa.Table, pa.Array] | None:
+        return None if batch.timestamps is None or is_bare(batch.table) else (batch.table, batch.timestamps)
+
+    def snapshot(self, checkpoint_id: int, in_front: list[list[ChannelItem]]) -> None:
+        self._actor._snapshot(checkpoint_id, in_front)
+
+    def finished(self, controller: DefaultActionController) -> None:
+        self._actor._finished(controller)
+
+    def fault_point(self, moment: str) -> None:
+        self._actor._chaos_point(moment)
+
+    def emitted(self) -> int:
+        output = self._actor._output
+        return output.records_out + output.buffered

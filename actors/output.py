@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from actorflow.operators.elements import Record, Watermark, WatermarkStatus
+from actorflow.operators.channel_items import ChannelItem, PartialAggregates, Partitioning, Records
+from actorflow.operators.elements import CheckpointBarrier, Record, Watermark, WatermarkStatus
 
 from .arrow_rows import RowBatch, SchemaTracker, is_bare, rows_to_batch
 from .channel import ChannelSender
@@ -44,21 +45,22 @@ def partials_of(pre_aggregate: PreAggregate | None, batch: RowBatch) -> pa.Table
 class Partitioner:
     """Which downstream channel a record goes to: forward, rebalance or hash by key."""
 
-    def __init__(self, kind: str, num_targets: int, key: KeyRouter | Any = None) -> None:
-        if kind not in ("forward", "rebalance", "hash"):
-            raise ValueError(f"partitioning must be 'forward', 'rebalance' or 'hash', got {kind!r}")
+    def __init__(self, kind: Partitioning | str, num_targets: int, key: KeyRouter | Any = None) -> None:
+        try:
+            self.kind = kind = Partitioning(kind)
+        except ValueError:
+            raise ValueError(f"partitioning must be 'forward', 'rebalance' or 'hash', got {kind!r}") from None
         # A forward channel has exactly one target: the instance with the same index.
-        self.kind = kind
-        self.num_targets = 1 if kind == "forward" else num_targets
-        self._router = as_router(key) if kind == "hash" else None
-        if kind == "hash" and self._router is None:
+        self.num_targets = 1 if kind is Partitioning.FORWARD else num_targets
+        self._router = as_router(key) if kind is Partitioning.HASH else None
+        if kind is Partitioning.HASH and self._router is None:
             raise ValueError("hash partitioning needs a key, got None")
         self._round_robin = itertools.cycle(range(self.num_targets))
 
     def target(self, value: Any) -> int:
         if self.num_targets == 1:
             return 0
-        if self.kind == "hash":
+        if self.kind is Partitioning.HASH:
             # A stable hash: the same key goes to the same instance from every upstream actor.
             assert self._router is not None
             return self._router.target(value, self.num_targets)
@@ -109,24 +111,25 @@ class LocalSink:
         self._changed = asyncio.Event()  # a block was sealed, or the output ended
         self._room = asyncio.Event()  # the caller took a block
 
-    async def send(self, kind: str, payload: Any) -> None:
-        self.send_now(kind, payload)
+    async def send(self, item: ChannelItem) -> None:
+        self.send_now(item)
         while self._draining and len(self._ready) > self._max_ready and not self._ended:
             self._room.clear()
             await self._room.wait()
 
-    def send_now(self, kind: str, payload: Any) -> None:
-        if kind == "records" and payload.num_rows:
-            self._tables.append(payload.table)
-            self._bytes += payload.table.nbytes
-            if self._first is None:
-                self._first = payload.table.slice(0, 1).to_pylist()[0]
-            if not self._schemas or payload.table.schema != self._schemas[-1]:
-                self._schemas.append(payload.table.schema)
-            if self._draining and self._bytes >= self._block_bytes:
-                self._seal()
-        elif kind == "barrier":
-            self.cut(payload)
+    def send_now(self, item: ChannelItem) -> None:
+        match item:
+            case Records(batch=batch) if batch.num_rows:
+                self._tables.append(batch.table)
+                self._bytes += batch.table.nbytes
+                if self._first is None:
+                    self._first = batch.table.slice(0, 1).to_pylist()[0]
+                if not self._schemas or batch.table.schema != self._schemas[-1]:
+                    self._schemas.append(batch.table.schema)
+                if self._draining and self._bytes >= self._block_bytes:
+                    self._seal()
+            case CheckpointBarrier(checkpoint_id=checkpoint_id):
+                self.cut(checkpoint_id)
         self.sent += 1
 
     def _take(self) -> pa.Table | None:
@@ -210,7 +213,7 @@ class Outbox:
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._senders = senders
-        self._queues: list[deque[tuple[str, Any]]] = [deque() for _ in senders]
+        self._queues: list[deque[ChannelItem]] = [deque() for _ in senders]
         self._wakeups = [asyncio.Event() for _ in senders]
         self._max_pending = max_pending
         self._on_room = on_room
@@ -232,15 +235,15 @@ class Outbox:
         for task in self._tasks:
             task.cancel()
 
-    def put(self, channel: int, kind: str, payload: Any) -> None:
-        self._queues[channel].append((kind, payload))
+    def put(self, channel: int, item: ChannelItem) -> None:
+        self._queues[channel].append(item)
         self._wakeups[channel].set()
 
-    def broadcast(self, kind: str, payload: Any) -> None:
+    def broadcast(self, item: ChannelItem) -> None:
         for channel in range(len(self._senders)):
-            self.put(channel, kind, payload)
+            self.put(channel, item)
 
-    def put_barrier(self, checkpoint_id: int) -> list[list[tuple[str, Any]]]:
+    def put_barrier(self, checkpoint_id: int) -> list[list[ChannelItem]]:
         """Send checkpoint ``checkpoint_id``'s barrier ahead of what is queued; return, per
         channel, the items it overtook.
 
@@ -249,9 +252,10 @@ class Outbox:
         leaves at once, even in front of an item waiting for credit: that item has no number yet.
         """
         overtaken = []
+        barrier = CheckpointBarrier(checkpoint_id)
         for queue, sender in zip(self._queues, self._senders):
             overtaken.append(list(queue))
-            sender.send_now("barrier", checkpoint_id)
+            sender.send_now(barrier)
         return overtaken
 
     @property
@@ -273,8 +277,7 @@ class Outbox:
         queue, wake, sender = self._queues[channel], self._wakeups[channel], self._senders[channel]
         while True:
             while queue:
-                kind, payload = queue[0]
-                await sender.send(kind, payload)
+                await sender.send(queue[0])
                 queue.popleft()
                 if self.pending == self._max_pending - 1:
                     self._on_room()
@@ -311,7 +314,7 @@ class BatchingOutput:
         self._schema = schema
         self._tracker = SchemaTracker(hint)
         self._side = side
-        self._keyed = partitioner.kind == "hash" and partitioner.num_targets > 1
+        self._keyed = partitioner.kind is Partitioning.HASH and partitioner.num_targets > 1
         n = max(1, partitioner.num_targets)
         self._values: list[list[Any]] = [[] for _ in range(n)]
         self._timestamps: list[list[int | None]] = [[] for _ in range(n)]
@@ -345,7 +348,7 @@ class BatchingOutput:
         for offset in range(0, table.num_rows, self._batch_size):
             batch = RowBatch(table.slice(offset, self._batch_size), timestamps.slice(offset, self._batch_size))
             self.records_out += batch.num_rows
-            if self._partitioner.kind == "hash":
+            if self._partitioner.kind is Partitioning.HASH:
                 for target, part in enumerate(self._partitioner.split(batch)):
                     if part.num_rows:
                         self._put(target, part)
@@ -355,11 +358,11 @@ class BatchingOutput:
     def emit_watermark(self, watermark: Watermark) -> None:
         # Records before the watermark must leave before it, on every channel.
         self.flush()
-        self._outbox.broadcast("watermark", watermark.timestamp_ms)
+        self._outbox.broadcast(watermark)
 
     def emit_watermark_status(self, status: WatermarkStatus) -> None:
         self.flush()
-        self._outbox.broadcast("status", status.idle)
+        self._outbox.broadcast(status)
 
     @property
     def buffered(self) -> int:
@@ -391,9 +394,9 @@ class BatchingOutput:
 
     def _put(self, target: int, batch: RowBatch) -> None:
         # Rebalancing picks a channel per batch; otherwise the target is the channel.
-        channel = self._partitioner.next_batch_target() if self._partitioner.kind == "rebalance" else target
+        channel = self._partitioner.next_batch_target() if self._partitioner.kind is Partitioning.REBALANCE else target
         partials = partials_of(self._pre_aggregate, batch)
         if partials is not None:
-            self._outbox.put(channel, "partials", (partials, batch.num_rows))
+            self._outbox.put(channel, PartialAggregates(partials, batch.num_rows))
         else:
-            self._outbox.put(channel, "records", batch)
+            self._outbox.put(channel, Records(batch))

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from actorflow.operators.clock import SystemClock
-from actorflow.operators.elements import WatermarkStatus
+from actorflow.operators.channel_items import END_OF_INPUT, ChannelItem, PartialAggregates, Records
+from actorflow.operators.elements import CheckpointBarrier, Watermark, WatermarkStatus
 from actorflow.operators.errors import SchemaError
 from actorflow.operators.watermarks import BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness
 
@@ -62,14 +63,14 @@ def event_time_ms(table: pa.Table, column: str) -> pa.Array:
 
 
 class BlockReader:
-    """Blocks, in order, as ``("records", batch)`` items of ``batch_size`` rows, with watermarks
-    trailing the largest event time by ``out_of_orderness_ms``, then ``("end", None)``. The end
+    """Blocks, in order, as ``Records`` items of ``batch_size`` rows, with watermarks
+    trailing the largest event time by ``out_of_orderness_ms``, then ``EndOfInput``. The end
     of all inputs ends event time (the operator actor emits the final watermark).
 
     ``blocks`` holds ``ObjectRef``s (or tables) of whole blocks, or ``(block, offset, length)``
     pieces of them. With ``idleness_ms``, a reader that waits that long for its next block says
-    it is idle (``("status", True)``), so that it holds back no one's watermark; its next records
-    make it active again (``("status", False)`` before them). Waiting for room downstream
+    it is idle (``WatermarkStatus(idle=True)``), so that it holds back no one's watermark; its next
+    records make it active again (``WatermarkStatus(idle=False)`` before them). Waiting for room downstream
     (backpressure) never makes a reader idle.
     """
 
@@ -115,7 +116,7 @@ class BlockReader:
             generator = WatermarksWithIdleness(generator, self._idleness_ms, SystemClock())
         return generator
 
-    async def items(self) -> AsyncIterator[tuple[str, Any]]:
+    async def items(self) -> AsyncIterator[ChannelItem]:
         """The items; the position moves once the consumer asks for the next one."""
         event_time = self._timestamp_column
         if self._watermarks is None:
@@ -141,7 +142,7 @@ class BlockReader:
                         if done:
                             break
                         for element in watermarks.on_periodic_emit():  # idle after idleness_ms
-                            yield _item(element)
+                            yield element
                     table = await future
                 if not isinstance(table, pa.Table):  # a pandas block
                     table = pa.Table.from_pandas(table, preserve_index=False)
@@ -159,14 +160,14 @@ class BlockReader:
                         # Back from idleness before the records; a watermark only after them,
                         # or it would make them late.
                         if isinstance(element, WatermarkStatus):
-                            yield _item(element)
+                            yield element
                         else:
                             after.append(element)
-                yield "records", batch
+                yield Records(batch)
                 self.rows_read += batch.num_rows
                 self.position = (piece_index, offset - first + batch.num_rows)
                 for element in after:
-                    yield _item(element)
+                    yield element
             self.position = (piece_index + 1, 0)
             # Its pages in the store were read: count them (see store_pages).
             process_pages.passed(whole_bytes * max(0, stop - first - skip) // max(1, whole.num_rows))
@@ -174,7 +175,7 @@ class BlockReader:
         # No final watermark here: a split that ends holds nothing back, but must not carry event
         # time to its end while another split is idle; the receiver does that when all inputs end.
         self.ended = True
-        yield "end", None
+        yield END_OF_INPUT
 
 
 class LocalChannel:
@@ -183,13 +184,13 @@ class LocalChannel:
     def __init__(self, gate: Any, channel_id: int) -> None:
         self._gate, self.channel_id = gate, channel_id
 
-    async def send(self, kind: str, payload: Any) -> None:
+    async def send(self, item: ChannelItem) -> None:
         # Room first, then the item goes in at once, as the chained reader files them.
         await self._gate.room(self.channel_id)
-        self._gate.file(self.channel_id, kind, payload)
+        self._gate.file(self.channel_id, item)
 
-    def send_now(self, kind: str, payload: Any) -> None:
-        self._gate.file(self.channel_id, kind, payload)
+    def send_now(self, item: ChannelItem) -> None:
+        self._gate.file(self.channel_id, item)
 
     async def flush(self) -> None:
         return None
@@ -204,7 +205,7 @@ async def route_items(
     one item go out, so that a checkpoint barrier only ever comes between two items.
 
     With ``pre_aggregate`` (the receiving window operator's), a batch it can pre-aggregate goes
-    as ``("partials", (table, batch rows))`` items, a row per key and window, split by key. A
+    as ``PartialAggregates`` items, a row per key and window, split by key. A
     reader's batch ends where a piece of its input ends: consecutive batches of small pieces
     (blocks of fewer than ``batch_size`` rows) are pre-aggregated together, up to ``batch_size``
     rows, and the last watermark among them follows their partials, as if the pieces were one.
@@ -213,25 +214,25 @@ async def route_items(
     rows that have not gone out."""
     turn = 0
     held = _HeldBatches(reader.batch_size) if router is not None and pre_aggregate is not None else None
-    async for kind, payload in reader.items():
-        if kind == "records" and router is None:
+    async for item in reader.items():
+        if isinstance(item, Records) and router is None:
             # A barrier may overtake a batch that waits for credit: it has no number yet.
-            await senders[turn].send(kind, payload)
+            await senders[turn].send(item)
             turn = (turn + 1) % len(senders)
             continue
         between_items.clear()
         if held is not None:
-            if held.take(kind, payload):
+            if held.take(item):
                 continue
             await _send_held(held, senders, router, pre_aggregate)
-            if held.take(kind, payload):
+            if held.take(item):
                 continue
-        if kind == "records":
+        if isinstance(item, Records):
             assert router is not None
-            await _send_batch(payload, senders, router, pre_aggregate)
+            await _send_batch(item.batch, senders, router, pre_aggregate)
         else:
             for sender in senders:
-                await sender.send(kind, payload)
+                await sender.send(item)
         between_items.set()
     for sender in senders:
         await sender.flush()
@@ -243,29 +244,32 @@ class _HeldBatches:
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
-        self.items: list[tuple[str, Any]] = []
+        self.items: list[ChannelItem] = []
         self.rows = 0
 
-    def take(self, kind: str, payload: Any) -> bool:
+    def take(self, item: ChannelItem) -> bool:
         """Hold the item if it may join those held: a batch shorter than ``batch_size`` (cut where
         its piece ended) with event time, of plain columns and the same schema, while they stay
         within ``batch_size`` rows; or a watermark after one. False if the held ones must go
         first, or the item need not wait: a whole batch is never held, so between whole batches
         a checkpoint is not kept waiting."""
-        if kind == "watermark":
-            if not self.items:
+        match item:
+            case Watermark():
+                if not self.items:
+                    return False
+            case Records(batch=batch) if not (
+                    batch.timestamps is None or is_bare(batch.table) or batch.num_rows >= self.batch_size
+                    or self.rows + batch.num_rows > self.batch_size):
+                first = self.items[0] if self.items else None
+                if isinstance(first, Records) and batch.table.schema != first.batch.table.schema:
+                    return False
+                self.rows += batch.num_rows
+            case _:
                 return False
-        elif kind != "records" or payload.timestamps is None or is_bare(payload.table) or (
-                payload.num_rows >= self.batch_size or self.rows + payload.num_rows > self.batch_size):
-            return False
-        elif self.items and payload.table.schema != self.items[0][1].table.schema:
-            return False
-        else:
-            self.rows += payload.num_rows
-        self.items.append((kind, payload))
+        self.items.append(item)
         return True
 
-    def release(self) -> list[tuple[str, Any]]:
+    def release(self) -> list[ChannelItem]:
         items, self.items, self.rows = self.items, [], 0
         return items
 
@@ -274,7 +278,7 @@ async def _send_held(
     held: _HeldBatches, senders: list[Any], router: KeyRouter | None, pre_aggregate: PreAggregate | None,
 ) -> None:
     items = held.release()
-    batches = [payload for kind, payload in items if kind == "records"]
+    batches = [item.batch for item in items if isinstance(item, Records)]
     if len(batches) > 1:
         whole = RowBatch(pa.concat_tables([b.table for b in batches]),
                          pa.concat_arrays([b.timestamps for b in batches]))
@@ -282,15 +286,16 @@ async def _send_held(
         if partials is not None:
             await _send_partials(partials, whole.num_rows, senders, router)
             # Watermarks never go back: the last one says all the others did.
-            items = [item for item in items if item[0] == "watermark"][-1:]
+            watermarks: list[ChannelItem] = [item for item in items if isinstance(item, Watermark)]
+            items = watermarks[-1:]
     # Else the items as they came: rows the operator must see one by one (with their origins),
     # each batch before the watermark that followed it.
-    for kind, payload in items:
-        if kind == "records":
-            await _send_batch(payload, senders, router, pre_aggregate)
+    for item in items:
+        if isinstance(item, Records):
+            await _send_batch(item.batch, senders, router, pre_aggregate)
         else:
             for sender in senders:
-                await sender.send(kind, payload)
+                await sender.send(item)
 
 
 async def _send_batch(batch: RowBatch, senders: list[Any], router: Any, pre_aggregate: PreAggregate | None) -> None:
@@ -300,19 +305,13 @@ async def _send_batch(batch: RowBatch, senders: list[Any], router: Any, pre_aggr
         return
     for sender, part in zip(senders, router.split(batch, len(senders))):
         if part.num_rows:
-            await sender.send("records", part)
+            await sender.send(Records(part))
 
 
 async def _send_partials(partials: pa.Table, rows: int, senders: list[Any], router: Any) -> None:
     for sender, part in zip(senders, router.split(RowBatch(partials, None), len(senders))):
         if part.num_rows:
-            await sender.send("partials", (part.table, rows))
-
-
-def _item(element: Any) -> tuple[str, Any]:
-    if isinstance(element, WatermarkStatus):
-        return "status", element.idle
-    return "watermark", element.timestamp_ms
+            await sender.send(PartialAggregates(part.table, rows))
 
 
 class SourceActor:
@@ -374,7 +373,7 @@ class SourceActor:
             return
         state = pickle.dumps({"reader": reader.state()}, protocol=5)
         for sender in self._senders:
-            sender.send_now("barrier", checkpoint_id)
+            sender.send_now(CheckpointBarrier(checkpoint_id))
         size = await asyncio.to_thread(self._checkpoints.write_state, checkpoint_id, self.task, state)
         if size is not None:  # else aborted meanwhile
             self._coordinator.acknowledge.remote(self._attempt, checkpoint_id, self.task, size)

@@ -22,6 +22,7 @@ from actorflow.actors.batch_task_function import batch_function_kind, make_batch
 from actorflow.operators.arrow_batch import ArrowBatchFunction
 from actorflow.operators.async_attempt import CopyInputs
 from actorflow.operators.async_batch_function import AsyncBatchFunction
+from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.async_batch_operator import AsyncBatchWaitOperator, async_wait_batch
 from actorflow.operators.async_function import AsyncFunction, CoroutineFunction, FallbackOnTimeout, reject_async_generator
 from actorflow.operators.async_wait_operator import AsyncWaitOperator
@@ -202,7 +203,8 @@ class DataStream:
 
     def rebalance(self: S, parallelism: int) -> S:
         """Spread records round-robin over ``parallelism`` instances of what follows."""
-        return self._with(OperatorNode("rebalance", lambda: StreamOperator(), self._parallelism(parallelism), "rebalance"))
+        return self._with(OperatorNode("rebalance", lambda: StreamOperator(), self._parallelism(parallelism),
+                                       Partitioning.REBALANCE))
 
     # --------------------------------------------------------------------- run
 

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from actorflow.actors.naming import instance_name, task_name, validate_job_name
 from actorflow.actors.operator_actor import ChainSpec, OperatorActor
 from actorflow.actors.source_actor import BlockReader, SourceActor
+from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.errors import ActorflowError, ConfigurationError, JobFailedError
 
 from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCoordinator, JobCheckpoints
@@ -333,21 +334,21 @@ class _Attempt:
         graph, job = self.graph, self.job
         stages = graph.stages()
         source = graph.source
-        chained_source = stages[0].partitioning == "forward"
+        chained_source = stages[0].partitioning is Partitioning.FORWARD
         # A keyed first stage with the source's parallelism reads the source itself too: each
         # instance routes its split by key over the stage, and no source actors start.
-        keyed_source = stages[0].partitioning == "hash" and source.parallelism == stages[0].parallelism
+        keyed_source = stages[0].partitioning is Partitioning.HASH and source.parallelism == stages[0].parallelism
         reads_source = chained_source or keyed_source
         # Create stages from the last to the first, so every actor knows its downstream. Actor
         # creation does not block: all the processes start at once.
         downstream: list[Any] | None = None
-        downstream_partitioning = "forward"
+        downstream_partitioning = Partitioning.FORWARD
         wiring: list[tuple[Any, list[Any] | None, bool, int]] = []
         tasks: list[str] = []
         for position in range(len(stages) - 1, -1, -1):
             stage = stages[position]
             num_inputs = source.parallelism if position == 0 else stages[position - 1].parallelism
-            if stage.partitioning == "forward":
+            if stage.partitioning is Partitioning.FORWARD:
                 num_inputs = 1
             actors = []
             for i in range(stage.parallelism):
@@ -360,7 +361,7 @@ class _Attempt:
                     operator_factories=[n.factory for n in stage.nodes],
                     partitioning=downstream_partitioning,
                     key=None if position == len(stages) - 1 else stages[position + 1].key,
-                    downstream_head=stages[position + 1].nodes[0].factory if downstream_partitioning == "hash" else None,
+                    downstream_head=stages[position + 1].nodes[0].factory if downstream_partitioning is Partitioning.HASH else None,
                     output_schema=self.output_schema if position == len(stages) - 1 else None,
                     input_schema=source.schema,
                     checkpoints=self.checkpoints,
@@ -380,7 +381,7 @@ class _Attempt:
             self.stage_actors.insert(0, actors)
             for i, actor in enumerate(actors):
                 targets = None if downstream is None else (
-                    [downstream[i]] if downstream_partitioning == "forward" else downstream)
+                    [downstream[i]] if downstream_partitioning is Partitioning.FORWARD else downstream)
                 wiring.append((actor, targets, position == 0 and reads_source, i))
             downstream = actors
             downstream_partitioning = stage.partitioning
@@ -391,8 +392,8 @@ class _Attempt:
                 name = instance_name(job, source.name, i, source.parallelism, self.number)
                 handle = _remote(SourceActor, name, self.placement).remote(
                     job, source.name, i, source.parallelism,
-                    key=stages[0].key if stages[0].partitioning == "hash" else None,
-                    head=stages[0].nodes[0].factory if stages[0].partitioning == "hash" else None,
+                    key=stages[0].key if stages[0].partitioning is Partitioning.HASH else None,
+                    head=stages[0].nodes[0].factory if stages[0].partitioning is Partitioning.HASH else None,
                     checkpoints=self.checkpoints, coordinator=self.coordinator, attempt=self.number,
                     restore=self.restore)
                 self.names[handle] = name

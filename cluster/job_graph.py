@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.errors import ConfigurationError
 from actorflow.operators.operator import StreamOperator
 
@@ -101,10 +102,13 @@ class OperatorNode:
     name: str
     factory: Callable[[], StreamOperator]
     parallelism: int
-    partitioning: str = "forward"  # how records reach this node from the one before
-    key: Any = None  # with "hash": a column name, a tuple of them, or a function of the record
+    partitioning: Partitioning = Partitioning.FORWARD  # how records reach this node from the one before
+    key: Any = None  # with HASH: a column name, a tuple of them, or a function of the record
     side_tags: tuple[str, ...] = ()  # side outputs it writes (the late-data tag of a window)
     task_workers: int = 0  # Ray tasks each instance keeps running (blocking calls): each takes a worker process
+
+    def __post_init__(self) -> None:
+        self.partitioning = Partitioning(self.partitioning)
 
 
 @dataclass
@@ -113,7 +117,7 @@ class Stage:
 
     nodes: list[OperatorNode]
     parallelism: int
-    partitioning: str
+    partitioning: Partitioning
     key: Any = None
 
     @property
@@ -146,7 +150,7 @@ class JobGraph:
 
     @property
     def routes_by_key(self) -> bool:
-        return any(node.partitioning == "hash" for node in self.nodes)
+        return any(node.partitioning is Partitioning.HASH for node in self.nodes)
 
     def splits(self) -> list[list[Any]]:
         """The source's splits: interleaved when the job routes by key, whose output order is
@@ -160,11 +164,12 @@ class JobGraph:
         stages: list[Stage] = []
         upstream_parallelism = self.source.parallelism
         for node in self.nodes:
-            forward = node.partitioning == "forward" and node.parallelism == upstream_parallelism
+            forward = node.partitioning is Partitioning.FORWARD and node.parallelism == upstream_parallelism
             if stages and forward:
                 stages[-1].nodes.append(node)
             else:
-                partitioning = "forward" if forward else ("hash" if node.partitioning == "hash" else "rebalance")
+                partitioning = Partitioning.FORWARD if forward else (
+                    Partitioning.HASH if node.partitioning is Partitioning.HASH else Partitioning.REBALANCE)
                 stages.append(Stage([node], node.parallelism, partitioning, node.key))
             upstream_parallelism = node.parallelism
         return stages

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
 
 import pyarrow as pa
 
+from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.errors import ConfigurationError, SchemaError
 from actorflow.operators.windows import (
     AggregateFunction,
@@ -151,7 +152,7 @@ class WindowedStream(Generic[D]):
         def factory() -> WindowOperator:
             return WindowOperator(key, window, **settings)
 
-        node = OperatorNode(name, factory, self._keyed.parallelism, "hash", key)
+        node = OperatorNode(name, factory, self._keyed.parallelism, Partitioning.HASH, key)
         node.side_tags = () if self._late_data_tag is None else (self._late_data_tag,)
         return stream._with(node)
 

@@ -1,8 +1,13 @@
 """``OperatorHarness``: drive an operator (or a chain) by hand, deterministically.
 
-The harness is the host an operator would have in a Ray actor, minus Ray: a mailbox whose
-default action feeds queued input to the operator, a manual clock for processing time, and
-a private asyncio loop for ``async def`` functions. The test's thread is the mailbox thread.
+The harness is the host an operator would have in a Ray actor, minus Ray: the same stream task
+(``operators.stream_task``) over ``num_inputs`` input channels, whose default action feeds queued
+input to the operator through the watermark valve and barrier alignment, a manual clock for
+processing time, and a private asyncio loop for ``async def`` functions. The test's thread is the
+mailbox thread.
+
+The end of every input ends event time as the runtime does: a ``Watermark(MAX_WATERMARK)`` goes
+to the chain first if event time had begun (some watermark arrived), so every window fires.
 
 >>> from actorflow.operators.operator import MapOperator
 >>> with OperatorHarness(MapOperator(lambda v: v + 1)) as h:
@@ -18,20 +23,33 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from collections import defaultdict, deque
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .clock import ManualClock
 from .coroutine_runner import AsyncioCoroutineRunner
-from .elements import Record, StreamElement, Watermark, WatermarkStatus
+from .channel_items import END_OF_INPUT, ChannelItem, Records
+from .elements import CheckpointBarrier, Record, StreamElement, Watermark, WatermarkStatus
 from .errors import ActorflowError, ConfigurationError, MailboxClosedError
-from .mailbox_processor import DefaultActionController, MailboxProcessor, Suspension
+from .input_channels import InputChannels
+from .mailbox_processor import DefaultActionController, MailboxProcessor
 from .operator import OperatorChain, OperatorContext, StreamOperator
+from .stream_task import Rows, StreamTask
 from .timers import ManualProcessingTimeService
 
-__all__ = ["AsyncioCoroutineRunner", "OperatorHarness"]
+__all__ = ["AsyncioCoroutineRunner", "HarnessCheckpoint", "OperatorHarness"]
 
-_END_OF_INPUT = object()
+
+@dataclass(frozen=True)
+class HarnessCheckpoint:
+    """A checkpoint taken at aligned barriers: the chain's state, the task's (valve, channels
+    ended, records of a batch not yet fed), and each channel's input in front of its barrier."""
+
+    checkpoint_id: int | None  # None: taken by ``snapshot()``
+    chain: Any
+    task: dict[str, Any]
+    input: list[list[ChannelItem]]
 
 
 class _CollectingOutput:
@@ -60,6 +78,37 @@ class _CollectingOutput:
         self.side[tag].append(value)
 
 
+class _HarnessHost:
+    """The harness's side of the stream task (``TaskHost``)."""
+
+    def __init__(self, harness: "OperatorHarness") -> None:
+        self._harness = harness
+
+    def output_is_full(self) -> bool:
+        return False
+
+    def rows_of(self, batch: list[Record]) -> Rows:
+        origins = [r.origin for r in batch]
+        return [(r.value, r.timestamp_ms) for r in batch], None if all(o is None for o in origins) else origins
+
+    def whole_batch(self, batch: Any) -> None:
+        return None  # the harness feeds records; a test of whole batches calls the operator
+
+    def snapshot(self, checkpoint_id: int, in_front: list[list[ChannelItem]]) -> None:
+        h = self._harness
+        checkpoint = HarnessCheckpoint(checkpoint_id, h.chain.snapshot_state(), h.task.snapshot_state(), in_front)
+        h.checkpoints[checkpoint_id] = pickle.dumps(checkpoint)
+
+    def finished(self, controller: DefaultActionController) -> None:
+        self._harness.task.wake()  # nothing more comes: the next default action suspends
+
+    def fault_point(self, moment: str) -> None:
+        self._harness.fault_points.append(moment)
+
+    def emitted(self) -> int:
+        return len(self._harness.output_records())
+
+
 class OperatorHarness:
     """Feeds elements, moves processing time, snapshots and restores, and records the output.
 
@@ -67,6 +116,12 @@ class OperatorHarness:
     ``auto_run=False`` the test steps with ``step()`` / ``run_until_idle()`` itself.
     ``request_key_prefix`` (``<job>/<operator>``, say) starts the idempotency keys of async
     requests; without it they start with the operator's ``name``.
+
+    With ``num_inputs`` > 1, input methods take a ``channel``: watermarks are combined by the
+    valve, a barrier holds its channel until every live channel delivered it, and the input
+    ends when every channel has ended. ``checkpoints`` holds the checkpoint taken at each
+    aligned barrier (for ``restore``); ``fault_points`` lists the chaos moments reached, with
+    ``watch_fault_points=True``.
     """
 
     def __init__(
@@ -77,19 +132,25 @@ class OperatorHarness:
         name: str = "test/operator[0/1]",
         auto_run: bool = True,
         request_key_prefix: str | None = None,
+        num_inputs: int = 1,
+        watch_fault_points: bool = False,
     ) -> None:
         operators = [operator] if isinstance(operator, StreamOperator) else list(operator)
         self.chain = OperatorChain(operators)
         self.clock = ManualClock(start_ms)
-        self.processor = MailboxProcessor(self._default_action)
+        self.channels = InputChannels(num_inputs)
+        self.task = StreamTask(self.chain, self.channels, _HarnessHost(self))
+        self.task.watch_fault_points = watch_fault_points
+        self.processor = MailboxProcessor(self.task.default_action)
         self.executor = self.processor.executor(0)
         self.processing_time = ManualProcessingTimeService(self.clock, self.executor)
         self.loop = asyncio.new_event_loop()
         self._out = _CollectingOutput()
-        self._input: deque[Any] = deque()
-        self._suspension: Suspension | None = None
         self._opened = False
         self._restore_state: Any = None
+        self._restore_checkpoint: HarnessCheckpoint | None = None
+        self.checkpoints: dict[int, bytes] = {}
+        self.fault_points: list[str] = []
         self.auto_run = auto_run
         self.name = name
 
@@ -121,6 +182,10 @@ class OperatorHarness:
     def side_outputs(self) -> dict[str, list[Any]]:
         return self._out.side
 
+    def side_output(self, tag: str) -> list[Any]:
+        """What went to side output ``tag`` so far (empty if nothing did; the tag is not created)."""
+        return list(self._out.side.get(tag, ()))
+
     def output_values(self) -> list[Any]:
         return [e.value for e in self._out.elements if isinstance(e, Record)]
 
@@ -139,22 +204,48 @@ class OperatorHarness:
         if not self._opened:
             self._opened = True
             self.chain.initialize_state(self._restore_state)
+            checkpoint = self._restore_checkpoint
+            if checkpoint is not None:
+                self.task.restore_state(checkpoint.task)
+                for channel, items in enumerate(checkpoint.input):
+                    for item in items:
+                        self.channels.file(channel, item)
             self.chain.open()
             self._maybe_run()
 
     def process_element(
-        self, value: Any, timestamp_ms: int | None = None, *, origin: tuple[Any, ...] | None = None
+        self, value: Any, timestamp_ms: int | None = None, *, origin: tuple[Any, ...] | None = None, channel: int = 0,
     ) -> None:
-        self._offer(Record(value, timestamp_ms, origin))
+        self._offer(channel, Records([Record(value, timestamp_ms, origin)]))
 
-    def process_watermark(self, timestamp_ms: int) -> None:
-        self._offer(Watermark(timestamp_ms))
+    def process_watermark(self, timestamp_ms: int, *, channel: int = 0) -> None:
+        self._offer(channel, Watermark(timestamp_ms))
 
-    def process_watermark_status(self, idle: bool) -> None:
-        self._offer(WatermarkStatus(idle))
+    def process_watermark_status(self, idle: bool, *, channel: int = 0) -> None:
+        self._offer(channel, WatermarkStatus(idle))
 
-    def end_input(self) -> None:
-        self._offer(_END_OF_INPUT)
+    def process_barrier(self, checkpoint_id: int, *, channel: int = 0) -> None:
+        """Checkpoint ``checkpoint_id``'s barrier on ``channel``; once every live channel has
+        delivered it, the checkpoint is taken (``checkpoints[checkpoint_id]``)."""
+        self._offer(channel, CheckpointBarrier(checkpoint_id))
+
+    def end_input(self, channel: int | None = None) -> None:
+        """End ``channel``, or every channel (None)."""
+        for c in range(self.channels.num_channels) if channel is None else (channel,):
+            self._offer(c, END_OF_INPUT)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Tell the chain that checkpoint ``checkpoint_id`` completed, as a mail (as the runtime does)."""
+        self.open()
+        self.executor.execute(self.chain.notify_checkpoint_complete, "checkpoint complete", checkpoint_id)
+        self._maybe_run()
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self.open()
+        self.channels.drop_barriers(checkpoint_id)
+        self.task.wake()  # a channel the barrier held may have input
+        self.executor.execute(self.chain.notify_checkpoint_aborted, "checkpoint aborted", checkpoint_id)
+        self._maybe_run()
 
     def set_processing_time(self, timestamp_ms: int) -> None:
         """Move processing time; timers that fall due run as mails."""
@@ -185,7 +276,8 @@ class OperatorHarness:
 
     @property
     def pending_input(self) -> int:
-        return len(self._input)
+        """Items queued on the channels, and records of a batch not yet fed."""
+        return len(self.channels) + self.task.rows_pending
 
     @property
     def is_finished(self) -> bool:
@@ -194,21 +286,28 @@ class OperatorHarness:
     # ---------------------------------------------------------- snapshot/restore
 
     def snapshot(self) -> bytes:
-        """The chain's state, pickled: a snapshot must survive leaving the process.
+        """A ``HarnessCheckpoint``, pickled (a snapshot must survive leaving the process): the
+        chain's state (``.chain``) and the task's (the valve, the inputs ended), with no input.
 
         It may be taken while the chain is blocked (its queue full, an element waiting for
-        room inside the operator). Input still queued in the harness is not part of it: like
+        room inside the operator). Input not yet fed to the chain is not part of it: like
         records behind a checkpoint barrier, it comes after the snapshot, so a test that
-        restores feeds it again (``pending_input`` says how much there is).
+        restores feeds it again (``pending_input`` says how much there is). A checkpoint at
+        barriers (``process_barrier``) holds its in-flight input instead.
         """
         self.open()
-        return pickle.dumps(self.chain.snapshot_state())
+        task = {**self.task.snapshot_state(), "rows": [], "row_origins": None}
+        return pickle.dumps(HarnessCheckpoint(None, self.chain.snapshot_state(), task, []))
 
     def restore(self, snapshot: bytes) -> None:
-        """Start from ``snapshot``; call before the first element."""
+        """Start from ``snapshot`` (of ``snapshot()`` or ``checkpoints``, or a chain's state,
+        pickled); call before the first element."""
         if self._opened:
             raise ConfigurationError("restore() must come before the harness is opened (before any element)")
-        self._restore_state = pickle.loads(snapshot)
+        state = pickle.loads(snapshot)
+        if isinstance(state, HarnessCheckpoint):
+            self._restore_checkpoint, state = state, state.chain
+        self._restore_state = state
 
     def close(self) -> list[Any]:
         """Close the operators and the mailbox; returns the mails that never ran.
@@ -235,39 +334,19 @@ class OperatorHarness:
 
     # ---------------------------------------------------------------- internals
 
-    def _offer(self, element: Any) -> None:
+    def _offer(self, channel: int, item: ChannelItem) -> None:
         self.open()
-        self._input.append(element)
-        self._resume()
+        self.channels.file(channel, item)
+        self.task.wake()
         self._maybe_run()
 
     def _maybe_run(self) -> None:
         if self.auto_run:
             self.run_until_idle()
 
-    def _resume(self) -> None:
-        if self._suspension is not None:
-            suspension, self._suspension = self._suspension, None
-            suspension.resume()
-
     def _on_progress(self) -> None:
         self.chain.advance_end_of_input()
-        self._resume()
-
-    def _default_action(self, controller: DefaultActionController) -> None:
-        if not self._input or self.chain.is_blocked():
-            # Nothing to feed, or the operator has no room: wait for input or progress.
-            self._suspension = controller.suspend_default_action()
-            return
-        element = self._input.popleft()
-        if isinstance(element, Record):
-            self.chain.process_element(element)
-        elif isinstance(element, Watermark):
-            self.chain.process_watermark(element)
-        elif isinstance(element, WatermarkStatus):
-            self.chain.process_watermark_status(element)
-        elif element is _END_OF_INPUT:
-            self.chain.end_input()
+        self.task.wake()
 
     def _pump_loop(self) -> bool:
         """Let the private event loop run its ready callbacks; True if mails appeared."""

@@ -14,7 +14,7 @@ Lifecycle of an operator::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from .clock import Clock
 from .elements import Record, Watermark, WatermarkStatus
@@ -98,9 +98,15 @@ class OperatorContext:
 
 
 class StreamOperator:
-    """The base of every operator; the defaults forward elements unchanged."""
+    """The base of every operator; the defaults forward elements unchanged.
+
+    Capabilities a host asks about are declared, never guessed: ``fires_on_event_time`` (records
+    leave when a watermark passes, as a window's do); ``stream_task.TakesArrowBatches`` and
+    ``stream_task.MergesPartials`` for whole batches and partial aggregates.
+    """
 
     name: str = "operator"
+    fires_on_event_time: ClassVar[bool] = False
 
     def setup(self, context: OperatorContext, output: Output) -> None:
         self.context = context

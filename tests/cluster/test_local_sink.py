@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from actorflow.actors.arrow_rows import RowBatch
 from actorflow.actors.output import LocalSink
+from actorflow.operators.channel_items import Records
 
 
 def _batch(start: int, n: int = 1_000) -> RowBatch:
@@ -18,7 +19,7 @@ def test_without_a_drain_the_sink_keeps_everything_for_table():
     async def run():
         sink = LocalSink()
         for i in range(20):
-            await sink.send("records", _batch(i * 1_000))
+            await sink.send(Records(_batch(i * 1_000)))
         sink.end()
         return sink.table()
 
@@ -35,7 +36,7 @@ def test_drained_blocks_are_bounded_in_order_and_complete():
 
         async def produce():
             for i in range(100):
-                await sink.send("records", _batch(i * 1_000))
+                await sink.send(Records(_batch(i * 1_000)))
                 held.append(sum(t.nbytes for t in sink._ready) + sink._bytes)
             sink.end()
 
@@ -60,7 +61,7 @@ def test_drained_blocks_are_bounded_in_order_and_complete():
 def test_a_drain_that_starts_late_gets_what_came_before_it_first():
     async def run():
         sink = LocalSink(block_bytes=1 << 30)
-        await sink.send("records", _batch(0))
+        await sink.send(Records(_batch(0)))
         out: list[int] = []
 
         async def consume():
@@ -69,7 +70,7 @@ def test_a_drain_that_starts_late_gets_what_came_before_it_first():
 
         task = asyncio.create_task(consume())
         await asyncio.sleep(0.01)
-        await sink.send("records", _batch(1_000))
+        await sink.send(Records(_batch(1_000)))
         sink.end()
         await task
         return out

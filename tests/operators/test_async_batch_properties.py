@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from actorflow.operators import DEAD_LETTER, FixedDelay, OperatorHarness, Record, Watermark, async_wait_batch
 
 from .scripted import ScriptedBatch
-from .test_properties import PROPERTY, feed_script, offer, script_items, segments
+from .test_properties import PROPERTY, ended, feed_script, offer, script_items, segments
 
 
 @st.composite
@@ -106,12 +106,12 @@ def test_each_record_has_exactly_one_outcome_and_order_and_watermarks_hold(items
     assert all(attempt <= max_attempts for _, attempt in fn.calls)
     # 2. order and watermarks; every output keeps its own record's timestamp
     out = [Record(normalize(e.value), e.timestamp_ms) if isinstance(e, Record) else e for e in h.output]
-    expected = [e for e in elements if not (isinstance(e, Record) and e.value in dead)]
+    expected = [e for e in ended(elements) if not (isinstance(e, Record) and e.value in dead)]
     if config["mode"] == "ordered":
         assert out == expected
     else:
         assert segments(out) == segments(expected)
-    assert [e for e in h.output if isinstance(e, Watermark)] == [e for e in elements if isinstance(e, Watermark)]
+    assert [e for e in h.output if isinstance(e, Watermark)] == [e for e in ended(elements) if isinstance(e, Watermark)]
     h.close()
 
 

@@ -183,7 +183,7 @@ def test_each_attempt_gets_its_own_copy_of_the_input():
     h = OperatorHarness(async_wait(fn, capacity=2, retry=FixedDelay(3, 10)))
     h.process_element({"user": 1}, timestamp_ms=1)
     # The first attempt changed its argument; neither the snapshot nor the retry sees it.
-    assert pickle.loads(h.snapshot())[0]["items"][0][1] == {"user": 1}
+    assert pickle.loads(h.snapshot()).chain[0]["items"][0][1] == {"user": 1}
     fn.futures[0].complete_exceptionally(ConnectionError("503"))
     h.set_processing_time(10)
     fn.futures[1].complete_exceptionally(ConnectionError("503"))
@@ -204,7 +204,7 @@ def test_a_shallow_copy_gives_each_attempt_its_own_row_and_shares_what_is_nested
     tags = ["a"]
     h.process_element({"user": 1, "tags": tags}, timestamp_ms=1)
     assert fn.seen[0] == {"user": 1, "tags": ["a"]}
-    assert pickle.loads(h.snapshot())[0]["items"][0][1] == {"user": 1, "tags": ["a"]}
+    assert pickle.loads(h.snapshot()).chain[0]["items"][0][1] == {"user": 1, "tags": ["a"]}
     fn.seen[0]["tags"].append("b")  # a nested value is the record's own: "shallow" is for scalars
     fn.futures[0].complete_exceptionally(ConnectionError("503"))
     h.set_processing_time(10)

@@ -32,7 +32,7 @@ def test_snapshot_holds_in_flight_completed_unemitted_and_watermarks_in_order():
     h.process_element("c", timestamp_ms=3)
     fn.complete("b")  # completed, but not emitted: "a" is still ahead of it
     h.set_processing_time(400)
-    state = pickle.loads(h.snapshot())[0]
+    state = pickle.loads(h.snapshot()).chain[0]
     assert state == {
         "format": "async_wait",
         "version": 1,
@@ -57,7 +57,7 @@ def test_restore_with_a_full_queue_and_the_waiting_element_does_not_deadlock():
     # "a" and "b" fill the queue; "c" waits for room inside the operator.
     assert [v for v, _ in fn.calls] == ["a", "b"]
     snap = h1.snapshot()
-    assert [item[1] for item in pickle.loads(snap)[0]["items"]] == ["a", "b", "c"]
+    assert [item[1] for item in pickle.loads(snap).chain[0]["items"]] == ["a", "b", "c"]
 
     fn = Scripted()
     h2 = restored(make, snap)
@@ -101,7 +101,7 @@ def test_restore_keeps_the_attempt_count():
     fn.fail("a", RuntimeError("503"))
     h1.set_processing_time(10)  # attempt 2 in flight
     snap = h1.snapshot()
-    assert pickle.loads(snap)[0]["items"] == [("record", "a", 1, 2, None, None, None, "test/operator[0/1]/#0")]
+    assert pickle.loads(snap).chain[0]["items"] == [("record", "a", 1, 2, None, None, None, "test/operator[0/1]/#0")]
 
     fn = Scripted()
     h2 = restored(make, snap)
@@ -121,7 +121,7 @@ def test_snapshot_during_a_retry_wait_restores_as_the_next_attempt():
     fn.fail("a", RuntimeError("503"))
     h1.run_until_idle()
     # And the rest of the wait.
-    assert pickle.loads(h1.snapshot())[0]["items"] == [("record", "a", 1, 2, None, 1_000, None, "test/operator[0/1]/#0")]
+    assert pickle.loads(h1.snapshot()).chain[0]["items"] == [("record", "a", 1, 2, None, 1_000, None, "test/operator[0/1]/#0")]
 
 
 def test_unordered_snapshot_keeps_watermark_segments():
@@ -209,7 +209,7 @@ def test_a_record_restored_past_its_deadline_gets_its_timeout_not_a_fresh_attemp
     h1 = OperatorHarness(make())
     h1.process_element("a", timestamp_ms=1)
     h1.set_processing_time(99)
-    snap = pickle.loads(h1.snapshot())
+    snap = pickle.loads(h1.snapshot()).chain
     assert snap[0]["items"] == [("record", "a", 1, 1, 1, None, None, "test/operator[0/1]/#0")]
     # Written in the six-field form of snapshots taken before records had an origin.
     snap_state = pickle.dumps([[("record", "a", 1, 1, 0, None)]] + snap[1:])

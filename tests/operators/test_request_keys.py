@@ -34,7 +34,7 @@ from tests.properties import examples
 
 def keys_in(snapshot: bytes) -> list[str]:
     """The keys of the records in the snapshot of a one-operator harness."""
-    return [item[-1] for item in pickle.loads(snapshot)[0]["items"] if item[0] == "record"]
+    return [item[-1] for item in pickle.loads(snapshot).chain[0]["items"] if item[0] == "record"]
 
 
 def test_docstring_examples():
@@ -61,7 +61,7 @@ def test_the_async_operators_of_one_chain_have_keys_of_their_own():
     h = OperatorHarness([async_wait(Scripted(), capacity=10), async_wait(Scripted(), capacity=10)],
                         request_key_prefix="job/enrich")
     h.process_element("a", origin=(1,))
-    first, second = pickle.loads(h.snapshot())
+    first, second = pickle.loads(h.snapshot()).chain
     assert [item[-1] for item in first["items"]] == ["job/enrich#0/1"]
     assert second["items"] == []  # nothing has reached it yet
 
@@ -74,7 +74,7 @@ def test_the_count_of_records_taken_in_is_restored_from_the_snapshot():
     for v in "abc":
         h1.process_element(v)
     snap = h1.snapshot()
-    assert pickle.loads(snap)[0]["sequence"] == 3
+    assert pickle.loads(snap).chain[0]["sequence"] == 3
 
     h2 = OperatorHarness(make(), request_key_prefix="p")
     h2.restore(snap)
@@ -92,7 +92,7 @@ def test_batched_records_have_keys_of_their_own_and_keep_them_through_a_restore(
     for i, v in enumerate("abcde"):
         h1.process_element(v, origin=(i,) if v != "c" else None)
     snap = h1.snapshot()
-    state = pickle.loads(snap)[0]
+    state = pickle.loads(snap).chain[0]
     assert [item[5] for item in state["items"]] == ["p/0", "p/1", "p/#2", "p/3", "p/4"]
     assert state["sequence"] == 5
 
@@ -103,7 +103,7 @@ def test_batched_records_have_keys_of_their_own_and_keep_them_through_a_restore(
     fn.complete(0)  # a and b leave: room for f
     h2.run_until_idle()
     assert h2.output_values() == ["a", "b"]
-    assert [item[5] for item in pickle.loads(h2.snapshot())[0]["items"]] == ["p/#2", "p/3", "p/4", "p/#5"]
+    assert [item[5] for item in pickle.loads(h2.snapshot()).chain[0]["items"]] == ["p/#2", "p/3", "p/4", "p/#5"]
 
 
 def test_records_of_a_snapshot_without_keys_get_them_at_the_restore():

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import pytest
 
 from actorflow.operators import ConfigurationError, ManualClock, Watermark, WatermarkStatus
-from actorflow.operators.elements import MIN_TIMESTAMP
+from actorflow.operators.elements import MAX_WATERMARK, MIN_TIMESTAMP
 from actorflow.operators.watermarks import BoundedOutOfOrdernessWatermarks, StatusWatermarkValve, WatermarksWithIdleness
 from tests.properties import examples
 
@@ -210,6 +210,9 @@ def test_operator_stamps_records_and_emits_watermarks_and_idleness_periodically(
         Record({"ts": 140}, 140),
         ACTIVE,
         Watermark(129),
+        # The end of input ends event time (a watermark came in): the final watermark passes, as
+        # Flink's assigner lets Long.MAX_VALUE through.
+        Watermark(MAX_WATERMARK),
     ]
 
 

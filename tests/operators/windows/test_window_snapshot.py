@@ -95,7 +95,7 @@ def test_snapshot_holds_contents_trigger_state_timers_and_merge_sets():
     op = WindowOperator("k", EventTimeSessionWindows(10), aggregate=Count())
     h = OperatorHarness(op)
     feed(h, ["a:1@0", "a:1@5", "b:1@100"])
-    state = pickle.loads(h.snapshot())[0]
+    state = pickle.loads(h.snapshot()).chain[0]
     assert state["merging"] == [("a", [(("time", 0, 15), ("time", 0, 10))]), ("b", [(("time", 100, 110), ("time", 100, 110))])]
     assert state["contents"] == [("a", ("time", 0, 10), "value", 2), ("b", ("time", 100, 110), "value", 1)]
     assert [t[0] for t in state["timers"]["event"]] == [14, 109]  # the merged-away window's timer at 9 is gone
