@@ -73,12 +73,19 @@ class Watermark:
 
     timestamp_ms: int
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Watermarks travel pickled in channel calls: see channel_items' items.
+        return (Watermark, (self.timestamp_ms,))
+
 
 @dataclass(frozen=True, slots=True)
 class WatermarkStatus:
     """An input became idle (it holds back no watermark) or active again."""
 
     idle: bool
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (WatermarkStatus, (self.idle,))
 
     @classmethod
     def IDLE(cls) -> "WatermarkStatus":  # noqa: N802 - Flink's name
@@ -94,6 +101,9 @@ class CheckpointBarrier:
     """Everything before the barrier belongs to checkpoint ``checkpoint_id``."""
 
     checkpoint_id: int
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CheckpointBarrier, (self.checkpoint_id,))
 
 
 StreamElement = Union[Record, Watermark, WatermarkStatus, CheckpointBarrier]

@@ -59,3 +59,9 @@ def test_items_have_no_instance_dict():
 def test_partitioning_reads_its_name(text, member):
     assert Partitioning(text) is member
 
+
+
+def test_stream_elements_survive_the_wire_too():
+    for element in (Watermark(-(2**63)), WatermarkStatus.IDLE(), CheckpointBarrier(2**40)):
+        again = pickle.loads(pickle.dumps(element, protocol=5))
+        assert again == element and type(again) is type(element)
