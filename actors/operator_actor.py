@@ -60,7 +60,8 @@ from .processing_time import AsyncioProcessingTimeService
 from .source_actor import BlockReader, LocalChannel, route_items
 from .heap import for_whole_batches
 from .store_pages import process_pages
-from .tracing_shims import bind_private_methods
+from .upstream.cpython import relax_collector
+from .upstream.ray import bind_private_methods, current_runtime_env
 
 __all__ = ["ChainSpec", "OperatorActor"]
 
@@ -245,8 +246,7 @@ class OperatorActor:
         # as long as the actor. Freezing it and collecting less often keeps the cyclic collector's
         # full passes (tens of ms each) from stalling the event loop under every request. The
         # collection before it ran in __init__, while the job's input was being prepared.
-        gc.freeze()
-        gc.set_threshold(50_000, 50, 100)
+        relax_collector()
         self._run_task = loop.create_task(self._run())
         self._buffered_at_tick = 0
         self._ticker = self._spawn(self._tick(), "the metrics and flush ticker")
@@ -297,9 +297,7 @@ class OperatorActor:
 
     async def actor_runtime_env(self) -> str:
         """This process's runtime environment as Ray serialised it (see cluster.warm_workers)."""
-        import ray
-
-        return ray._private.worker.global_worker.core_worker.get_current_runtime_env()  # type: ignore[attr-defined, no-any-return]
+        return current_runtime_env()
 
     async def progress(self) -> int:
         """Rows read from the chained source, or else records taken in."""
