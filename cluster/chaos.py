@@ -17,6 +17,7 @@ Only operator and source actors are killed, never the job's checkpoint coordinat
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -35,6 +36,8 @@ from .checkpoints.coordinator import COORDINATOR
 __all__ = ["MOMENTS", "ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor", "live_instances"]
 
 NAMESPACE = "actorflow"
+
+_log = logging.getLogger(__name__)
 
 #: Where an armed actor ends its process (see ``OperatorActor.arm_chaos``).
 MOMENTS = {
@@ -192,6 +195,11 @@ class ChaosMonkey:
     The first kill comes ``first_after_s`` after the start (default ``every_s``). ``operator``
     limits the kills to instances whose name holds it. With ``moment``, each kill arms a live
     instance to end its process at that moment (see ``MOMENTS``) instead of killing it at once.
+
+    A kill that fails (the cluster does not answer, say) is logged as a warning with its cause the
+    first time that cause appears, counted in ``failed_strikes``, and tried again; the run goes on.
+    An error that ends the monkey's thread is raised again by ``__exit__``, so that a chaos run
+    whose monkey died is never taken for one that survived its kills.
     """
 
     def __init__(
@@ -209,6 +217,8 @@ class ChaosMonkey:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"chaos-{job}", daemon=True)
         self.kills: list[tuple[float, str]] = []
+        self.failed_strikes: Counter[str] = Counter()  # cause -> how many kills failed with it
+        self.error: BaseException | None = None
         self._started = 0.0
 
     def __enter__(self) -> "ChaosMonkey":
@@ -219,13 +229,29 @@ class ChaosMonkey:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
+        if self.failed_strikes:
+            _log.warning("chaos on job %r: %d kill(s) failed and were tried again: %s", self.job,
+                         sum(self.failed_strikes.values()), dict(self.failed_strikes))
+        if self.error is not None and exc[0] is None:
+            raise self.error
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as error:  # noqa: BLE001 - kept for __exit__, which raises it in the caller
+            _log.warning("chaos on job %r stopped: %s: %s", self.job, type(error).__name__, error)
+            self.error = error
+
+    def _loop(self) -> None:
         wait = self.first_after_s
         while len(self.kills) < self.max_kills and not self._stop.wait(wait):
             try:
                 name = self._strike()
-            except Exception:  # noqa: BLE001 - the state API timed out under load, say: try again soon
+            except Exception as error:  # noqa: BLE001 - the cluster is slow under load, say: try again soon
+                cause = f"{type(error).__name__}: {error}"
+                if cause not in self.failed_strikes:
+                    _log.warning("chaos on job %r: a kill failed (%s); trying again", self.job, cause)
+                self.failed_strikes[cause] += 1
                 name = None
             if name is not None:
                 self.kills.append((time.monotonic() - self._started, name))
