@@ -118,6 +118,7 @@ def test_after_a_job_with_checkpoints_the_next_ones_coordinator_and_actors_all_f
     import ray
 
     job = ray.get_runtime_context().get_job_id()
+    _kill_idle_workers(job, for_actors=True)  # none left by the tests before, near its keep-alive's end
 
     def run(name):
         return _run(name, checkpoint_interval_ms=60_000, checkpoint_dir=str(tmp_path))
@@ -141,6 +142,7 @@ def test_a_blocking_jobs_task_workers_serve_the_next_job_instead_of_new_processe
     import ray
 
     job = ray.get_runtime_context().get_job_id()
+    _kill_idle_workers(job, for_actors=True)  # none left by the tests before, near its keep-alive's end
     table = pa.table({"user": list(range(200))})
 
     def run(name):
@@ -170,6 +172,7 @@ def test_a_restarted_attempts_actors_start_in_standby_processes_of_the_job(ray_s
     import ray
 
     job = ray.get_runtime_context().get_job_id()
+    _kill_idle_workers(job, for_actors=True)  # none left by the tests before, near its keep-alive's end
     name = "warm-standby"
     gate = tmp_path / "open"
 
