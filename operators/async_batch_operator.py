@@ -10,8 +10,8 @@ Each record still has its own entry in the ordered or unordered queue, so:
 
 * ordered output follows input order, whether a batch left because it was full, because its
   timer fired, or because a watermark or the end of input came;
-* a watermark flushes the partial buffer before it enters the queue, so a batch never spans a
-  watermark, and in unordered mode no record crosses one;
+* a watermark or a watermark status flushes the partial buffer before it enters the queue, so
+  a batch never spans one, and in unordered mode no record crosses one;
 * every output keeps its own record's timestamp and origin;
 * every record has exactly one outcome: its result list, a fallback, a dead letter, or the
   failure of the operator.
@@ -46,12 +46,12 @@ from .async_attempt import ATTEMPT_SLOTS, AttemptHandler, CopyInputs
 from .async_batch_function import AsyncBatchFunction, FallbackOnBatchTimeout, as_async_batch_function
 from .async_function import ResultFuture
 from .async_queue_operator import AsyncQueueOperator, Pending
-from .elements import Record, Watermark
+from .elements import Record, Watermark, WatermarkStatus
 from .state import check_state, versioned
 from .errors import ConfigurationError, RecordError, ResultTypeError
 from .request_keys import key_text
 from .retry import RetryStrategy
-from .stream_element_queue import RecordEntry, WatermarkEntry
+from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 from .timers import TimerHandle
 
 __all__ = ["AsyncBatchWaitOperator", "async_wait_batch"]
@@ -187,6 +187,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         for item in state["items"]:
             if item[0] == "watermark":
                 self._restored.append(Pending(Watermark(item[1])))
+            elif item[0] == "status":
+                self._restored.append(Pending(WatermarkStatus(item[1])))
             else:
                 # Items of older snapshots end before the origin (four fields) or the key (five).
                 _, value, timestamp_ms, group = item[:4]
@@ -237,8 +239,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         """Every record not yet emitted, in order, with the batch it belongs to (if it left): the
         ``async_batch`` structure of ``state.py``.
 
-        ``items`` are ``("record", value, timestamp_ms, batch, origin, key)`` and ``("watermark",
-        timestamp_ms)``; ``batches`` are ``(batch, attempt, remaining_ms)``; a restore sends each
+        ``items`` are ``("record", value, timestamp_ms, batch, origin, key)``, ``("watermark",
+        timestamp_ms)`` and ``("status", idle)``; ``batches`` are ``(batch, attempt, remaining_ms)``; a restore sends each
         batch again as it was, each record with its idempotency key. ``sequence`` counts the
         records taken in (the fallback keys). A batch that completed (its records wait for their
         turn) starts afresh after a restore: its outcome was never seen downstream.
@@ -260,6 +262,9 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
             if isinstance(entry, WatermarkEntry):
                 items.append(("watermark", entry.watermark.timestamp_ms))
                 continue
+            if isinstance(entry, StatusEntry):
+                items.append(("status", entry.status.idle))
+                continue
             assert isinstance(entry, RecordEntry)
             handler: _BatchHandler | None = entry.handler
             if handler is not None and handler.is_done:
@@ -275,6 +280,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
             element = pending.element
             if isinstance(element, Watermark):
                 items.append(("watermark", element.timestamp_ms))
+            elif isinstance(element, WatermarkStatus):
+                items.append(("status", element.idle))
             else:
                 batch = None if pending.group is None else restored_group(pending.group)
                 items.append(("record", element.value, element.timestamp_ms, batch, element.origin, None if pending.key is None else key_text(pending.key)))
@@ -290,8 +297,8 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
 
     def _try_start(self, pending: Pending) -> bool:
         element = pending.element
-        if isinstance(element, Watermark):
-            return self._try_start_watermark(element)
+        if not isinstance(element, Record):
+            return self._try_start_marker(element)
         group = pending.group
         if self._buffer and group != self._buffer_group:
             # A restored batch is re-formed as it was: the buffer leaves first.
@@ -321,14 +328,14 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         # A batch's retries are the batch's: a restored group resumes through _groups.
         return self._try_start(pending)
 
-    def _try_start_watermark(self, watermark: Watermark) -> bool:
+    def _try_start_marker(self, marker: Watermark | WatermarkStatus) -> bool:
         if self._buffer:
-            # A batch never spans a watermark: the watermark waits for requests, not for a
-            # batch to fill, and no record of the buffer can be overtaken by it.
+            # A batch never spans a watermark or a status: the marker waits for requests, not
+            # for a batch to fill, and no record of the buffer can be overtaken by it.
             self._flush_due = True
             if not self._try_flush():
                 return False
-        return super()._try_start_watermark(watermark)
+        return super()._try_start_marker(marker)
 
     def _arm_flush_timer(self) -> None:
         if self.batch_timeout_ms is None and self._restored_flush_ms is None:

@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any, Callable, Literal
 
 from .async_attempt import COPIERS, DEAD_LETTER, CopyInputs, DeadLetter
-from .elements import Record, Watermark
+from .elements import Record, Watermark, WatermarkStatus
 from .state import check_state
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
 from .mailbox_processor import CoalescingInbox
@@ -29,7 +29,7 @@ from .operator import StreamOperator
 from .ordered_queue import OrderedQueue
 from .request_keys import RequestKey, key_text
 from .retry import NoRetry, RetryStrategy
-from .stream_element_queue import RecordEntry, WatermarkEntry
+from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 from .timers import DeadlineQueue
 from .unordered_queue import UnorderedQueue
 
@@ -39,12 +39,13 @@ _COMPLETIONS_PER_MAIL = 64
 
 
 class Pending:
-    """An element not yet in the queue: it waits for room, or comes from a snapshot."""
+    """An element not yet in the queue (a record, a watermark or a watermark status): it waits
+    for room, or comes from a snapshot."""
 
     __slots__ = ("element", "attempt", "remaining_ms", "group", "retry_in_ms", "key")
 
     def __init__(
-        self, element: Record | Watermark, attempt: int = 1, remaining_ms: int | None = None, group: int | None = None,
+        self, element: Record | Watermark | WatermarkStatus, attempt: int = 1, remaining_ms: int | None = None, group: int | None = None,
         retry_in_ms: int | None = None, key: RequestKey | None = None,
     ) -> None:
         self.element = element
@@ -52,7 +53,7 @@ class Pending:
         self.remaining_ms = remaining_ms
         self.group = group  # a restored batch that this record joins again
         self.retry_in_ms = retry_in_ms  # restored while waiting for a retry: the rest of the backoff
-        self.key = key  # a record's idempotency key; None for a watermark
+        self.key = key  # a record's idempotency key; None for a watermark or a status
 
 
 class AsyncQueueOperator(StreamOperator):
@@ -136,6 +137,12 @@ class AsyncQueueOperator(StreamOperator):
     def process_watermark(self, watermark: Watermark) -> None:
         self._add(Pending(watermark))
 
+    def process_watermark_status(self, status: WatermarkStatus) -> None:
+        # Queued as a watermark is, not passed on at once (Flink's way): an IDLE that overtook a
+        # record in flight would let the valve downstream pass another input's watermark, and
+        # the record would arrive late.
+        self._add(Pending(status))
+
     def is_blocked(self) -> bool:
         return bool(self._waiting)
 
@@ -148,7 +155,8 @@ class AsyncQueueOperator(StreamOperator):
 
     @property
     def in_flight(self) -> int:
-        """Queue slots taken: requests, completed results waiting for their turn, watermarks."""
+        """Queue slots taken: requests, completed results waiting for their turn, watermarks and
+        statuses."""
         return len(self.queue)
 
     @property
@@ -179,12 +187,14 @@ class AsyncQueueOperator(StreamOperator):
 
     def _try_start(self, pending: Pending) -> bool:
         element = pending.element
-        if isinstance(element, Watermark):
-            return self._try_start_watermark(element)
-        return self._try_start_record(pending)
+        if isinstance(element, Record):
+            return self._try_start_record(pending)
+        return self._try_start_marker(element)
 
-    def _try_start_watermark(self, watermark: Watermark) -> bool:
-        if not self.queue.try_put(WatermarkEntry(watermark)):
+    def _try_start_marker(self, marker: Watermark | WatermarkStatus) -> bool:
+        """Queue a watermark or a status behind everything before it; False if no room."""
+        entry = WatermarkEntry(marker) if isinstance(marker, Watermark) else StatusEntry(marker)
+        if not self.queue.try_put(entry):
             return False
         self._emit_completed()
         return True
@@ -286,7 +296,7 @@ class AsyncQueueOperator(StreamOperator):
                 self._make_room()
             if not self._waiting:
                 break
-            # Take it out before starting it: starting a watermark emits, which re-enters here.
+            # Take it out before starting it: starting a marker emits, which re-enters here.
             pending = self._waiting.popleft()
             if not self._try_start(pending):
                 self._waiting.appendleft(pending)
@@ -295,10 +305,13 @@ class AsyncQueueOperator(StreamOperator):
             self.context.signal_progress()
 
     def _emit(self, entry: Any) -> None:
-        """Emit a watermark, a dead letter, or a record's results (``_emit_completed`` emits a
-        single result itself)."""
+        """Emit a watermark, a status, a dead letter, or a record's results (``_emit_completed``
+        emits a single result itself)."""
         if isinstance(entry, WatermarkEntry):
             self.output.emit_watermark(entry.watermark)
+            return
+        if isinstance(entry, StatusEntry):
+            self.output.emit_watermark_status(entry.status)
             return
         record = entry.record
         if entry.kind == "dead_letter":
@@ -329,6 +342,8 @@ class AsyncQueueOperator(StreamOperator):
             element = pending.element
             if isinstance(element, Watermark):
                 items.append(("watermark", element.timestamp_ms))
+            elif isinstance(element, WatermarkStatus):
+                items.append(("status", element.idle))
             else:
                 items.append((
                     "record", element.value, element.timestamp_ms, pending.attempt, pending.remaining_ms,
@@ -355,6 +370,8 @@ class AsyncQueueOperator(StreamOperator):
         for item in items:
             if item[0] == "watermark":
                 self._restored.append(Pending(Watermark(item[1])))
+            elif item[0] == "status":
+                self._restored.append(Pending(WatermarkStatus(item[1])))
             else:
                 _, value, timestamp_ms, attempt, remaining_ms, retry_in_ms = item[:6]
                 record = Record(value, timestamp_ms, item[6] if len(item) > 6 else None)

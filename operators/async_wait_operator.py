@@ -1,8 +1,10 @@
 """The async I/O operator: Flink's ``AsyncWaitOperator``.
 
 Each record starts a request through the user's ``AsyncFunction``. Up to ``capacity`` elements
-(watermarks included) are in flight; the results re-enter through the mailbox and leave in
-input order (``ordered``) or in completion order within watermark segments (``unordered``).
+(watermarks and watermark statuses included) are in flight; the results re-enter through the mailbox and leave in
+input order (``ordered``) or in completion order within the segments between watermarks and
+statuses (``unordered``). A watermark status queues as a watermark does, behind the records
+before it (Flink passes it on at once).
 
 ``queue_capacity`` (default: ``capacity``, which is Flink's behaviour) lets the queue hold more
 elements than there are requests in flight: at most ``capacity`` requests run, and up to
@@ -48,7 +50,7 @@ from .state import versioned
 from .errors import ConfigurationError, RecordError
 from .request_keys import RequestKey, key_text
 from .retry import RetryStrategy
-from .stream_element_queue import RecordEntry, WatermarkEntry
+from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 
 __all__ = ["AsyncWaitOperator", "DEAD_LETTER", "DeadLetter", "async_wait"]
 
@@ -242,7 +244,8 @@ class AsyncWaitOperator(AsyncQueueOperator):
         """Every element not yet emitted, in order: queued ones, then those waiting for room.
 
         The ``async_wait`` structure of ``state.py``, ``{"items": [...], "sequence": n}`` with the format version: items are ``("record", value, timestamp_ms, attempt,
-        remaining_ms, retry_in_ms, origin, key)`` and ``("watermark", timestamp_ms)``; ``n``
+        remaining_ms, retry_in_ms, origin, key)``, ``("watermark", timestamp_ms)`` and ``("status",
+        idle)`` (a watermark status, in its place among the records); ``n``
         counts the records taken in (the fallback idempotency keys). A restore also reads the
         bare list of items of older snapshots, whose items end before the origin or the key.
         """
@@ -251,6 +254,8 @@ class AsyncWaitOperator(AsyncQueueOperator):
         for entry in self.queue:
             if isinstance(entry, WatermarkEntry):
                 items.append(("watermark", entry.watermark.timestamp_ms))
+            elif isinstance(entry, StatusEntry):
+                items.append(("status", entry.status.idle))
             else:
                 assert isinstance(entry, RecordEntry)
                 handler: _RecordRequest = entry.handler

@@ -1,13 +1,18 @@
-"""Queue entries shared by the ordered and unordered queues of the async operator."""
+"""Queue entries shared by the ordered and unordered queues of the async operator.
+
+Besides records, the queue holds markers: watermarks and watermark statuses. A marker is
+complete from the start and leaves when its turn comes, so it never overtakes a record taken in
+before it; in unordered mode it is also a barrier that no record crosses.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .elements import Record, Watermark
+from .elements import Record, Watermark, WatermarkStatus
 from .request_keys import RequestKey
 
-__all__ = ["QueueEntry", "RecordEntry", "WatermarkEntry"]
+__all__ = ["MarkerEntry", "QueueEntry", "RecordEntry", "StatusEntry", "WatermarkEntry"]
 
 
 class QueueEntry:
@@ -41,12 +46,33 @@ class RecordEntry(QueueEntry):
         self.payload: Any = None
 
 
-class WatermarkEntry(QueueEntry):
-    """A watermark: complete from the start, emitted when its turn comes."""
+class MarkerEntry(QueueEntry):
+    """A watermark or a watermark status: complete from the start, emitted when its turn comes."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = True
+
+
+class WatermarkEntry(MarkerEntry):
+    """A watermark."""
 
     __slots__ = ("watermark",)
 
     def __init__(self, watermark: Watermark) -> None:
         super().__init__()
         self.watermark = watermark
-        self.done = True
+
+
+class StatusEntry(MarkerEntry):
+    """A watermark status. It queues as a watermark does: an IDLE that overtook a record in
+    flight would let the valve downstream pass another input's watermark, and the record would
+    arrive late."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, status: WatermarkStatus) -> None:
+        super().__init__()
+        self.status = status

@@ -1,25 +1,25 @@
-"""The unordered queue: records leave as they finish, but never across a watermark."""
+"""The unordered queue: records leave as they finish, but never across a watermark or a status."""
 
 from __future__ import annotations
 
 from collections import deque
 from typing import Iterator
 
-from .stream_element_queue import QueueEntry, WatermarkEntry
+from .stream_element_queue import MarkerEntry, QueueEntry
 
 __all__ = ["UnorderedQueue"]
 
 
 class _Segment:
-    """The records between two watermarks, or one watermark on its own."""
+    """The records between two markers, or one marker (a watermark or a status) on its own."""
 
-    __slots__ = ("incomplete", "completed", "is_watermark")
+    __slots__ = ("incomplete", "completed", "is_marker")
 
-    def __init__(self, is_watermark: bool) -> None:
+    def __init__(self, is_marker: bool) -> None:
         # dict keeps insertion order, so snapshots are deterministic.
         self.incomplete: dict[int, QueueEntry] = {}
         self.completed: deque[QueueEntry] = deque()
-        self.is_watermark = is_watermark
+        self.is_marker = is_marker
 
     def is_empty(self) -> bool:
         return not self.incomplete and not self.completed
@@ -28,9 +28,13 @@ class _Segment:
 class UnorderedQueue:
     """Flink's ``UnorderedStreamElementQueue``.
 
-    Entries are grouped in segments split by watermarks. Only the first segment may emit, in
-    completion order; a watermark is a segment of its own. So a record never overtakes a
-    watermark, and a watermark never overtakes a record. Watermarks count against capacity.
+    Entries are grouped in segments split by markers (watermarks and watermark statuses). Only
+    the first segment may emit, in completion order; a marker is a segment of its own. So a
+    record never overtakes a marker, and a marker never overtakes a record. Markers count
+    against capacity.
+
+    Flink's queue knows watermarks only, and a status passes the async operator at once. Here a
+    status is a barrier too: records after an IDLE leave after it, those before it before it.
 
     Threading model: mailbox thread only.
     """
@@ -43,13 +47,13 @@ class UnorderedQueue:
     def try_put(self, entry: QueueEntry) -> bool:
         if self._size >= self.capacity:
             return False
-        if isinstance(entry, WatermarkEntry):
-            segment = _Segment(is_watermark=True)
+        if isinstance(entry, MarkerEntry):
+            segment = _Segment(is_marker=True)
             segment.completed.append(entry)
             self._segments.append(segment)
         else:
-            if not self._segments or self._segments[-1].is_watermark:
-                self._segments.append(_Segment(is_watermark=False))
+            if not self._segments or self._segments[-1].is_marker:
+                self._segments.append(_Segment(is_marker=False))
             segment = self._segments[-1]
             segment.incomplete[id(entry)] = entry
         entry.segment = segment
