@@ -418,25 +418,29 @@ class WindowOperator(StreamOperator):
                 return  # a timer of a window that was merged away or cleaned up: it must not fire
         else:
             state_window = window
+            if event_time == self._is_event_time and time_ms > self._cleanup_time(window):
+                return  # a timer a trigger left behind a window that was cleaned up
         state_key = (key, state_window)
-        if state_key in self._contents:
-            ctx = self._ctx.trigger
-            ctx.key = key
-            ctx.window = window
-            method = "on_event_time" if event_time else "on_processing_time"
-            try:
-                if event_time:
-                    result = self.trigger.on_event_time(time_ms, window, ctx)
-                else:
-                    result = self.trigger.on_processing_time(time_ms, window, ctx)
-            except Exception as error:
-                raise UserFunctionError(
-                    f"trigger {self.trigger!r} raised {type(error).__name__} in {method}({time_ms}): {error} "
-                    f"for key {describe_value(key)} in window {window!r}",
-                    operator=self.context.name, value=key, timestamp_ms=time_ms,
-                ) from error
-            if type(result) is not TriggerResult:
-                raise self._bad_trigger_result(method, window, result)
+        # The trigger hears every timer of a live window, empty or not: a purged window's trigger
+        # must still set its next firing, or the next contents wait for the window's end.
+        ctx = self._ctx.trigger
+        ctx.key = key
+        ctx.window = window
+        method = "on_event_time" if event_time else "on_processing_time"
+        try:
+            if event_time:
+                result = self.trigger.on_event_time(time_ms, window, ctx)
+            else:
+                result = self.trigger.on_processing_time(time_ms, window, ctx)
+        except Exception as error:
+            raise UserFunctionError(
+                f"trigger {self.trigger!r} raised {type(error).__name__} in {method}({time_ms}): {error} "
+                f"for key {describe_value(key)} in window {window!r}",
+                operator=self.context.name, value=key, timestamp_ms=time_ms,
+            ) from error
+        if type(result) is not TriggerResult:
+            raise self._bad_trigger_result(method, window, result)
+        if state_key in self._contents:  # an empty window fires nothing
             if result.is_fire:
                 self._emit_window(key, window, state_key)
             if result.is_purge:
