@@ -89,6 +89,7 @@ class DataStream:
         max_tasks: int = 2,
         queue_capacity: int | None = None,
         copy_inputs: CopyInputs = True,
+        object_reuse: bool = False,
     ) -> S:
         """Enrich each record through ``fn``, with Flink's async I/O guarantees.
 
@@ -102,13 +103,16 @@ class DataStream:
         changes neither a retry's input nor a snapshot (a blocking function's argument is
         already a copy: it reaches its Ray task serialised). ``copy_inputs="shallow"`` copies a
         dict with ``dict()`` without looking at its values: for rows of scalars only, as
-        ``enrich()`` picks for a DataFrame without nested columns.
+        ``enrich()`` picks for a DataFrame without nested columns. ``object_reuse=True`` keeps
+        each record as the operator in front handed it instead of a copy: that operator must
+        not change an object it has emitted.
         """
         kind = _function_kind(fn)
         mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
         # Validate now (at construction), not in the actor at the first record.
         AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-                          on_error=on_error, queue_capacity=queue_capacity, copy_inputs=copy_inputs)
+                          on_error=on_error, queue_capacity=queue_capacity, copy_inputs=copy_inputs,
+                          object_reuse=object_reuse)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
 
@@ -127,7 +131,7 @@ class DataStream:
             return AsyncWaitOperator(
                 function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                 on_error=on_error, copy_inputs=False if kind == "blocking" else copy_inputs, name=name,
-                queue_capacity=queue_capacity,
+                queue_capacity=queue_capacity, object_reuse=object_reuse,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism),
@@ -149,6 +153,7 @@ class DataStream:
         name: str = "async_map_batch",
         queue_capacity: int | None = None,
         copy_inputs: CopyInputs = True,
+        object_reuse: bool = False,
     ) -> S:
         """Enrich records ``batch_size`` at a time: ``fn(values)`` returns one result list per value.
 
@@ -160,6 +165,8 @@ class DataStream:
         batches in flight per instance; ``timeout_ms`` is one deadline per batch across its
         attempts, after which ``fallback(value) -> list`` answers for each of its records. Every
         record keeps its own order, timestamp and outcome (a dead letter each, for instance).
+        ``object_reuse=True`` buffers each record as the operator in front handed it instead of
+        a copy: that operator must not change an object it has emitted.
 
         >>> async def score(values):
         ...     return [[{**v, "score": len(v)}] for v in values]
@@ -170,7 +177,7 @@ class DataStream:
         # Validate now (at construction), not in the actor at the first record.
         AsyncBatchWaitOperator(AsyncBatchFunction(), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode,
                                capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
-                               queue_capacity=queue_capacity, copy_inputs=copy_inputs)
+                               queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
         # A batch that goes to a Ray task is serialised there: it is a copy already.
@@ -181,7 +188,7 @@ class DataStream:
                 make_batch_function(fn, capacity=capacity), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms,
                 mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                 fallback=None if fallback is None else _named_fallback(fallback), on_error=on_error, name=name,
-                queue_capacity=queue_capacity, copy_inputs=copy,
+                queue_capacity=queue_capacity, copy_inputs=copy, object_reuse=object_reuse,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))

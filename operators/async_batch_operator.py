@@ -151,8 +151,10 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         copy_inputs: CopyInputs = True,
         name: str = "async_wait_batch",
         queue_capacity: int | None = None,
+        object_reuse: bool = False,
     ) -> None:
-        super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name)
+        super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
+                         object_reuse=object_reuse)
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ConfigurationError(f"batch_size must be an int > 0, got {batch_size!r}")
         if batch_timeout_ms is not None and (not isinstance(batch_timeout_ms, int) or batch_timeout_ms <= 0):
@@ -412,6 +414,7 @@ def async_wait_batch(
     name: str = "async_wait_batch",
     queue_capacity: int | None = None,
     copy_inputs: CopyInputs = True,
+    object_reuse: bool = False,
 ) -> AsyncBatchWaitOperator:
     """Build a batched async I/O operator.
 
@@ -419,7 +422,9 @@ def async_wait_batch(
     result_future)``, or an ``async def f(values) -> list[list]``. ``capacity`` bounds the
     batches in flight; ``fallback(value) -> list`` answers for each record of a batch whose
     deadline passed. ``copy_inputs`` gives each attempt its own copy of the values, so that a
-    function that changes them changes neither a retry's input nor a snapshot.
+    function that changes them changes neither a retry's input nor a snapshot. A buffered record
+    is the operator's own copy; ``object_reuse=True`` keeps the caller's object instead, and the
+    caller must not change an object it has handed on.
 
     >>> async def lookup(user_ids):
     ...     return [[{"user_id": u, "segment": "gold"}] for u in user_ids]
@@ -433,5 +438,5 @@ def async_wait_batch(
     return AsyncBatchWaitOperator(
         function, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode, capacity=capacity,
         timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
-        queue_capacity=queue_capacity,
+        queue_capacity=queue_capacity, object_reuse=object_reuse,
     )

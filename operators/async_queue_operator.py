@@ -5,6 +5,14 @@ its turn to leave, holds back the elements that find no room (``is_blocked()``),
 record's outcome into output: its results, a dead letter, or a failure of the operator. The
 per-record ``AsyncWaitOperator`` and the ``AsyncBatchWaitOperator`` say how a record is started.
 
+A record taken in is the operator's own: unless ``object_reuse=True``, ``process_element`` keeps
+a copy of a mutable value (``copy_input``; ``copy_row`` with ``copy_inputs="shallow"``), as Flink
+copies between chained operators. A map in front that returns one object, changed for each
+input, would otherwise change what a retry sends, what is emitted and what a snapshot holds.
+With ``object_reuse=True`` the operator keeps the caller's object, and the caller must not
+change an object it has handed on (a chain of maps that build new objects never does). A value
+that cannot be copied is kept as given.
+
 Every record gets its idempotency key when it is taken in (see ``request_keys``); it keeps it on
 every attempt and through snapshots, which hold the key and the count of records taken in.
 
@@ -20,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Literal
 
-from .async_attempt import COPIERS, DEAD_LETTER, CopyInputs, DeadLetter
+from .async_attempt import _IMMUTABLE_TYPES, COPIERS, DEAD_LETTER, CopyInputs, DeadLetter, copy_input, copy_row
 from .elements import Record, Watermark, WatermarkStatus
 from .state import check_state
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
@@ -73,6 +81,7 @@ class AsyncQueueOperator(StreamOperator):
         on_error: Literal["fail", "dead_letter"],
         copy_inputs: CopyInputs,
         name: str,
+        object_reuse: bool = False,
     ) -> None:
         if mode not in ("ordered", "unordered"):
             raise ConfigurationError(f"mode must be 'ordered' or 'unordered', got {mode!r}")
@@ -82,6 +91,8 @@ class AsyncQueueOperator(StreamOperator):
             raise ConfigurationError(f"on_error must be 'fail' or 'dead_letter', got {on_error!r}")
         if type(copy_inputs) is not bool and copy_inputs != "shallow":
             raise ConfigurationError(f"copy_inputs must be True, False or 'shallow', got {copy_inputs!r}")
+        if type(object_reuse) is not bool:
+            raise ConfigurationError(f"object_reuse must be True or False, got {object_reuse!r}")
         if retry is not None and not isinstance(retry, RetryStrategy):
             raise ConfigurationError(f"retry must be a RetryStrategy, got {type(retry).__name__}")
         self.mode = mode
@@ -89,6 +100,10 @@ class AsyncQueueOperator(StreamOperator):
         self.retry = retry if retry is not None else NoRetry()
         self.on_error = on_error
         self.copy_input = COPIERS[copy_inputs]  # None: attempts share the record's value
+        self.object_reuse = object_reuse
+        # How a record taken in is copied; None: the caller's object is kept (object_reuse).
+        self._copy_taken: Callable[[Any, int | None], Any] | None = (
+            None if object_reuse else copy_row if copy_inputs == "shallow" else copy_input)
         self.name = name
         self.queue_capacity = 1
         self._failed: RecordError | None = None
@@ -126,6 +141,8 @@ class AsyncQueueOperator(StreamOperator):
 
     def process_element(self, record: Record) -> None:
         self.metrics.records_in += 1
+        if self._copy_taken is not None and type(record.value) not in _IMMUTABLE_TYPES:
+            record = self._own_copy(record)
         # _request_key(), inlined: this runs once per record
         sequence = self._sequence
         self._sequence = sequence + 1
@@ -172,6 +189,16 @@ class AsyncQueueOperator(StreamOperator):
         return min(started) if started else None
 
     # ------------------------------------------------------------------ internals
+
+    def _own_copy(self, record: Record) -> Record:
+        """``record`` with a copy of its value, which the caller can no longer change."""
+        assert self._copy_taken is not None
+        try:
+            value = self._copy_taken(record.value, record.timestamp_ms)
+        except RecordError:
+            # Kept as given: with copy_inputs its attempts fail to copy it, and that is its outcome.
+            return record
+        return Record(value, record.timestamp_ms, record.origin)
 
     def _request_key(self, record: Record) -> RequestKey:
         """The idempotency key of a record taken in now, as its parts; it counts as taken in."""

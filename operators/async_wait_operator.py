@@ -22,8 +22,9 @@ With ``copy_inputs`` (the default), each attempt, and the user's ``timeout()``, 
 copy of a mutable input, so a function that changes its argument changes neither a retry's input
 nor the snapshot. ``copy_inputs="shallow"`` copies a dict with ``dict()`` without looking at its
 values, for rows whose values are all scalars (ints, strings, datetimes, decimals, ...): a nested
-value would be shared. The operator keeps the record it was given: its caller must not change it
-afterwards (an operator chain never does).
+value would be shared. The operator keeps its own copy of each record it is given, so that a
+caller that changes an object it handed on (a map in front that reuses one) changes nothing
+here; ``object_reuse=True`` skips that copy, and then the caller must not change it.
 
 At the end of input the operator drains; retries keep their timers and backoff.
 
@@ -193,8 +194,10 @@ class AsyncWaitOperator(AsyncQueueOperator):
         copy_inputs: CopyInputs = True,
         name: str = "async_wait",
         queue_capacity: int | None = None,
+        object_reuse: bool = False,
     ) -> None:
-        super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name)
+        super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
+                         object_reuse=object_reuse)
         if not isinstance(capacity, int) or capacity <= 0:
             raise ConfigurationError(f"capacity must be > 0, got {capacity!r}")
         if queue_capacity is not None and (not isinstance(queue_capacity, int) or queue_capacity < capacity):
@@ -301,12 +304,15 @@ def async_wait(
     name: str = "async_wait",
     queue_capacity: int | None = None,
     copy_inputs: CopyInputs = True,
+    object_reuse: bool = False,
 ) -> AsyncWaitOperator:
     """Build an async I/O operator.
 
     ``function`` is an ``AsyncFunction`` or an ``async def f(value) -> list``. ``capacity``
     bounds the requests in flight; ``queue_capacity`` (default ``capacity``) the elements queued.
-    ``copy_inputs`` (see the module docstring) says how each attempt's input is copied.
+    ``copy_inputs`` (see the module docstring) says how each attempt's input is copied;
+    ``object_reuse=True`` keeps the caller's object instead of a copy of it: the caller must not
+    change an object it has handed on.
 
     >>> async def lookup(user_id):
     ...     return [{"user_id": user_id, "segment": "gold"}]
@@ -316,5 +322,5 @@ def async_wait(
     """
     return AsyncWaitOperator(
         function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name,
-        queue_capacity=queue_capacity, copy_inputs=copy_inputs,
+        queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
     )

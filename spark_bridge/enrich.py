@@ -51,6 +51,7 @@ def enrich(
     checkpoint_interval_ms: int | None | Literal["auto"] = "auto",
     checkpoint_dir: str | None = None,
     resume_from: str | None = None,
+    object_reuse: bool = False,
 ) -> "DataFrame | tuple[DataFrame, DataFrame]":
     """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
 
@@ -85,6 +86,9 @@ def enrich(
     ``AUTO_CHECKPOINT_INTERVAL_MS`` and survives the death of its actors, exactly once; a small
     one takes none, and fails if an actor dies. An int sets the interval, None turns them off.
     ``checkpoint_dir`` and ``resume_from`` are those of ``DataStream.execute``.
+
+    ``object_reuse=True`` skips the copy the async operator keeps of each row it takes in: safe
+    here, where each row is made fresh from Arrow and nothing else holds it.
     """
     if isinstance(fn, ArrowBatchFunction) and batch_size is None:
         raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
@@ -117,7 +121,7 @@ def enrich(
         stream = stream.async_map_batch(
             _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
             capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
-            name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs,
+            name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
         )
     else:
         if batch_timeout_ms is not None:
@@ -125,7 +129,7 @@ def enrich(
                 f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
         stream = stream.async_map(
             wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-            fallback=fallback_fn, on_error=on_error, name="enrich", copy_inputs=copy_inputs,
+            fallback=fallback_fn, on_error=on_error, name="enrich", copy_inputs=copy_inputs, object_reuse=object_reuse,
             queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
         )
     source = weakref.ref(stream.graph.source)

@@ -387,7 +387,8 @@ def test_copy_inputs_false_hands_the_batch_the_records_own_values():
             result_future.complete([[v] for v in values])
 
     row = {"n": 1}
-    h = OperatorHarness(async_wait_batch(Keep(), batch_size=1, copy_inputs=False))
+    # object_reuse: the operator keeps the caller's object, not a copy of it.
+    h = OperatorHarness(async_wait_batch(Keep(), batch_size=1, copy_inputs=False, object_reuse=True))
     h.process_element(row, timestamp_ms=1)
     h.run_until_idle()
     assert got[0] is row
