@@ -22,9 +22,13 @@ $(STAMP): pyproject.toml
 demo: check-java $(STAMP)
 	$(RUN) -m examples.enrich_clicks
 
-# The whole suite: what CI runs.
+# The whole suite: what CI runs. The pure tests on every core, then, one at a time, those that share
+# one Ray and one Spark session or start processes of their own; both run, and either failing fails.
 test: check-java $(STAMP)
-	$(RUN) -m pytest
+	@status=0; \
+	$(RUN) -m pytest $(FAST) -n auto -q $(ARGS) || status=$$?; \
+	$(RUN) -m pytest -m "ray or spark or processes" $(ARGS) || status=$$?; \
+	exit $$status
 
 # Ring 1 and the other pure tests, on every core, with short property tests; fails past FAST_LIMIT_S.
 test-fast: $(STAMP)
