@@ -27,12 +27,15 @@ from typing import Any, Callable
 from ..errors import ActorflowError
 from .assigners import MergingWindowAssigner
 
-__all__ = ["MergeFunction", "MergingWindowSet"]
+__all__ = ["MergeCheck", "MergeFunction", "MergingWindowSet"]
 
 #: ``merge(merge_result, merged_windows, state_window_of_result, merged_state_windows)``: fold the
 #: contents of ``merged_state_windows`` into ``state_window_of_result``, and the trigger state of
 #: ``merged_windows`` into ``merge_result``.
 MergeFunction = Callable[[Any, list[Any], Any, list[Any]], None]
+
+#: ``check(merge_result, windows_to_merge)``: raise if the assigner's merge cannot be taken.
+MergeCheck = Callable[[Any, list[Any]], None]
 
 
 class MergingWindowSet:
@@ -56,16 +59,21 @@ class MergingWindowSet:
         if self.mapping.pop(window, None) is None:
             raise ActorflowError(f"window {window!r} is not in the merging window set; expected one of {list(self.mapping)}")
 
-    def add_window(self, new_window: Any, merge: MergeFunction) -> Any:
+    def add_window(self, new_window: Any, merge: MergeFunction, check: MergeCheck | None = None) -> Any:
         """Add a window, merging it with overlapping live windows; returns the window it ended up in.
 
         ``merge`` is called once per merge that involves a window with contents; merging the new,
-        still empty window into an existing one that it does not extend calls nothing.
+        still empty window into an existing one that it does not extend calls nothing. ``check``
+        sees every merge the assigner reports before anything changes, so a refused merge leaves
+        the set as it was.
         """
         windows = list(self.mapping)
         windows.append(new_window)
         merge_results: list[tuple[Any, list[Any]]] = []
         self._assigner.merge_windows(windows, lambda to_merge, result: merge_results.append((result, list(to_merge))))
+        if check is not None:
+            for merge_result, merged_windows in merge_results:
+                check(merge_result, merged_windows)
 
         result_window = new_window
         merged_new_window = False

@@ -272,10 +272,17 @@ class WindowOperator(StreamOperator):
             skipped = True
             for window in windows:
                 if self._is_event_time and self._cleanup_time(window) <= self._watermark:
-                    continue  # too late for this window; maybe not for the others
+                    # Too late for this window (maybe not for the others). A late window that still
+                    # holds state lost its cleanup timer: it goes now, or it would stay for ever.
+                    state_key = (key, window)
+                    if state_key in self._contents or state_key in self._trigger_state or state_key in self._window_state:
+                        self._clear_late_window(key, window, None)
+                    continue
                 skipped = False
                 self._add_and_trigger(key, window, window, record)
-        if skipped and self._is_event_time and timestamp_ms + self.allowed_lateness_ms <= self._watermark:  # type: ignore[operator]
+        # A record that no window took is late, and accounted for (for the built-in assigners that
+        # is Flink's "timestamp + allowed lateness <= watermark").
+        if skipped and windows and self._is_event_time:
             self._on_late(record)
 
     def process_batch(self, batch: Any, timestamp_column: str) -> None:
@@ -323,16 +330,60 @@ class WindowOperator(StreamOperator):
             merging = self._merging[key] = MergingWindowSet(self._merging_assigner)  # type: ignore[arg-type]
         skipped = True
         merge = self._ctx.merge_function(key)
+
+        def check(result: Any, merged: list[Any]) -> None:
+            problem = self._merge_problem(result, merged)
+            if problem is not None:
+                raise ResultTypeError(
+                    f"window assigner {self.assigner!r} merged {merged!r} into {result!r}, {problem}; "
+                    f"on record {describe_value(record.value)} (timestamp_ms={record.timestamp_ms})",
+                    operator=self.context.name, value=record.value, timestamp_ms=record.timestamp_ms,
+                )
+
         for window in windows:
-            actual = merging.add_window(window, merge)
+            existed = window in merging.mapping
+            actual = merging.add_window(window, merge, check)
             if self._is_event_time and self._cleanup_time(actual) <= self._watermark:
-                merging.retire_window(actual)
+                if actual == window and not existed:
+                    merging.retire_window(actual)  # a late window of its own: it never held anything
+                else:
+                    self._clear_late_window(key, actual, merging)
                 continue
             skipped = False
             self._add_and_trigger(key, actual, merging.get_state_window(actual), record)
         if not merging.mapping:
-            del self._merging[key]
+            self._merging.pop(key, None)
         return skipped
+
+    def _merge_problem(self, result: Any, merged: list[Any]) -> str | None:
+        """Why the assigner's merge of ``merged`` into ``result`` cannot be taken, or None.
+
+        A merge that makes an open window late (event time) or over (processing time) would lose
+        it, or emit it at once, with its contents and timers (Flink refuses it too); one that
+        shrinks a window drops the elements outside it.
+        """
+        if self._is_event_time:
+            watermark = self._watermark
+            if self._cleanup_time(result) <= watermark and any(self._cleanup_time(w) > watermark for w in merged):
+                return (
+                    f"which the watermark {watermark} has passed (its end plus the allowed lateness of "
+                    f"{self.allowed_lateness_ms} ms): a merge must not make an open event-time window late"
+                )
+        else:
+            now = self._pts.now_ms()
+            if result.max_timestamp() <= now and any(w.max_timestamp() > now for w in merged):
+                return f"which ends at or before the processing time {now}: a merge must not end a window that is open"
+        if isinstance(result, TimeWindow) and all(isinstance(w, TimeWindow) for w in merged):
+            if result.start_ms > min(w.start_ms for w in merged) or result.end_ms < max(w.end_ms for w in merged):
+                return "which does not cover them: a merged window must hold every window it merges"
+        return None
+
+    def _clear_late_window(self, key: Any, window: Any, merging: MergingWindowSet | None) -> None:
+        """Clear a window found late with state still in it: its contents, trigger and function
+        state, merge-set entry and timers, as its cleanup timer would have."""
+        state_window = window if merging is None else merging.get_state_window(window)
+        self._delete_cleanup_timer(key, window)
+        self._clear_all_state(key, window, (key, state_window), merging)
 
     def _add_and_trigger(self, key: Any, window: Any, state_window: Any, record: Record) -> None:
         state_key = (key, state_window)
