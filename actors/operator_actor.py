@@ -47,7 +47,7 @@ from actorflow.operators.channel_items import END_OF_INPUT, ChannelItem, Partiti
 from actorflow.operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, CheckpointBarrier
 from actorflow.operators.coroutine_runner import AsyncioCoroutineRunner
 from actorflow.operators.mailbox_processor import DefaultActionController, MailboxProcessor
-from actorflow.operators.operator import OperatorChain, OperatorContext, StreamOperator
+from actorflow.operators.operator import OperatorChain, OperatorContext, StreamOperator, no_fault_point
 from actorflow.operators.stream_task import Rows, StreamTask
 
 from .arrow_rows import is_bare, table_to_rows
@@ -227,6 +227,8 @@ class OperatorActor:
                 subtask_index=spec.index,
                 parallelism=spec.parallelism,
                 signal_progress=self._wake,
+                # The operators' own moments ("retry_wait", "completion"); unarmed, none is called.
+                fault_point=self._chaos_point if self._armed is not None else no_fault_point,
                 # Without the subtask: after a restore, a record may go to another instance.
                 request_key_prefix=f"{spec.job}/{op.name}",
             )
@@ -402,6 +404,9 @@ class OperatorActor:
             return False
         self._armed = moment
         self._task.watch_fault_points = True
+        if self._chain_open:  # else the contexts, made at start(), arm the operators
+            for op in self._chain.operators:
+                op.context.fault_point = self._chaos_point
         return True
 
     def _async_operators(self) -> list[AsyncWaitOperator | AsyncBatchWaitOperator]:
@@ -410,16 +415,6 @@ class OperatorActor:
     def _chaos_point(self, moment: str) -> None:
         if self._armed == moment:
             os._exit(1)  # a crash, as the chaos tool asked: no clean-up, no goodbye
-
-    def _chaos_watch(self) -> None:
-        # Moments seen from outside the operators, on each tick.
-        if self._armed == "retry_wait" or self._armed == "completion":
-            for op in self._async_operators():
-                if self._armed == "retry_wait" and any(
-                        getattr(getattr(entry, "handler", None), "retry_timer", None) is not None for entry in op.queue):
-                    self._chaos_point("retry_wait")
-                if self._armed == "completion" and any(entry.done for entry in op.queue):
-                    self._chaos_point("completion")
 
     async def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.processor.executor(0).execute_if_open(
@@ -527,8 +522,6 @@ class OperatorActor:
         while True:
             await asyncio.sleep(self.spec.linger_ms / 1000)
             executor.execute(self._flush_lingering, "flush output", deferrable=True)
-            if self._armed is not None:
-                executor.execute(self._chaos_watch, "chaos", deferrable=True)
             beats += 1
             if beats * self.spec.linger_ms >= 1000:
                 beats = 0

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Protocol, Sequence, Un
 from .async_function import ResultFuture, results_error
 from .errors import RecordError, describe_value
 from .mailbox_processor import CoalescingInbox
-from .operator import OperatorContext, OperatorMetrics
+from .operator import OperatorContext, OperatorMetrics, no_fault_point
 from .retry import NoRetry, RetryStrategy
 from .timers import DeadlineQueue, TimerHandle
 
@@ -293,6 +293,9 @@ class AttemptHandler:
         self.state = _WAITING_RETRY
         self.retry_due_ms = due_ms
         self.retry_timer = self.op.context.processing_time.register_timer(due_ms, self.on_retry_timer)
+        fault_point = self.op.context.fault_point
+        if fault_point is not no_fault_point:
+            fault_point("retry_wait")
 
     def on_retry_timer(self, _timestamp_ms: int = 0) -> None:
         if self.op.has_failed or self.state is not _WAITING_RETRY:

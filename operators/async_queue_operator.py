@@ -33,7 +33,7 @@ from .elements import Record, Watermark, WatermarkStatus
 from .state import check_state
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
 from .mailbox_processor import CoalescingInbox
-from .operator import StreamOperator
+from .operator import StreamOperator, no_fault_point
 from .ordered_queue import OrderedQueue
 from .request_keys import RequestKey, key_text
 from .retry import NoRetry, RetryStrategy
@@ -248,6 +248,9 @@ class AsyncQueueOperator(StreamOperator):
         entry.kind = kind
         entry.payload = payload
         self.queue.on_complete(entry)
+        fault_point = self.context.fault_point
+        if fault_point is not no_fault_point:  # unarmed: no call
+            fault_point("completion")
 
     def _failure(self, entry: RecordEntry, cause: BaseException, attempts: int) -> RecordError:
         """The error of a record that failed for good: raised, failing the operator, with

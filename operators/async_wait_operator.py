@@ -49,6 +49,7 @@ from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
 from .state import versioned
 from .errors import ConfigurationError, RecordError
+from .operator import no_fault_point
 from .request_keys import RequestKey, key_text
 from .retry import RetryStrategy
 from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
@@ -113,6 +114,9 @@ class _RecordRequest(RecordEntry, AttemptHandler):
         self.kind = kind
         self.payload = payload
         op.queue.on_complete(self)
+        fault_point = op.context.fault_point
+        if fault_point is not no_fault_point:  # unarmed: no call
+            fault_point("completion")
         if op.completions.running:
             # Inside a mail of completions: what this outcome lets out leaves at the mail's end,
             # with the others' (_emit_deferred): one pass over the queue and one wake-up a burst.

@@ -34,7 +34,7 @@ from .elements import CheckpointBarrier, Record, StreamElement, Watermark, Water
 from .errors import ActorflowError, ConfigurationError, MailboxClosedError
 from .input_channels import InputChannels
 from .mailbox_processor import DefaultActionController, MailboxProcessor
-from .operator import OperatorChain, OperatorContext, StreamOperator
+from .operator import OperatorChain, OperatorContext, StreamOperator, no_fault_point
 from .stream_task import Rows, StreamTask
 from .timers import ManualProcessingTimeService
 
@@ -164,6 +164,8 @@ class OperatorHarness:
                 clock=self.clock,
                 coroutine_runner=AsyncioCoroutineRunner(self.loop),
                 signal_progress=self._on_progress,
+                # The operators' own moments ("retry_wait", "completion") go in the same list.
+                fault_point=self.fault_points.append if watch_fault_points else no_fault_point,
                 request_key_prefix=(
                     request_key_prefix if request_key_prefix is None or len(operators) == 1 else f"{request_key_prefix}#{i}"
                 ),

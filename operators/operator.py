@@ -33,6 +33,7 @@ __all__ = [
     "OperatorMetrics",
     "Output",
     "StreamOperator",
+    "no_fault_point",
 ]
 
 
@@ -79,6 +80,11 @@ class OperatorMetrics:
     dead_letters: int = 0
 
 
+def no_fault_point(moment: str) -> None:
+    """``OperatorContext.fault_point`` while no one watches: operators compare with it and skip
+    the call, so an unarmed moment costs nothing."""
+
+
 @dataclass
 class OperatorContext:
     """Everything an operator may use besides its output."""
@@ -95,6 +101,10 @@ class OperatorContext:
     request_key_prefix: str | None = None
     #: Called by an operator when it can take input again, or has drained after end_input.
     signal_progress: Callable[[], None] = lambda: None
+    #: Called by an operator at a chaos moment (``cluster.chaos.MOMENTS``) it alone sees, such
+    #: as "retry_wait" or "completion"; the host may end the process there. Operators skip the
+    #: call while it is ``no_fault_point``; a host arms it by setting another callable.
+    fault_point: Callable[[str], None] = no_fault_point
 
 
 class StreamOperator:
