@@ -8,7 +8,8 @@ with the key's open sessions. The final sessions and their results are those of 
 path; only the order of additions (and so the last bits of float sums) may differ.
 
 Rows whose own window already reached the watermark (``ts + gap_ms - 1 <= watermark``) take the
-per-record path: each of them may fire a session or go to the side output on its own.
+per-record path: each of them may fire a session or go to the side output on its own. So do rows
+that may overlap a closed session, when there is one (``window_operator.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def session_groups(
     ts = pa.chunked_array([ts]) if isinstance(ts, pa.Array) else ts
     rows = pa.array(np.arange(table.num_rows, dtype=np.int64))
     threshold = max(op._watermark - gap + 1, MIN_TIMESTAMP)
+    if op._closed_sessions:
+        # A row that overlaps a closed session starts before its end, at most the watermark less
+        # the allowed lateness: it is late or not by that session, which the per-record path knows.
+        threshold = max(threshold, op._watermark - op.allowed_lateness_ms)
     early = pc.less_equal(ts, pa.scalar(threshold, pa.int64()))
     fallback_rows = pc.indices_nonzero(early).to_pylist()
     if fallback_rows:

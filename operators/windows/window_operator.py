@@ -23,6 +23,14 @@ Late records (event time): a record whose windows are all past cleanup time goes
 ``late_data_tag`` if given, else is dropped and counted in ``metrics.late_records_dropped``. A record
 late for only some of its windows goes to the others and is not side-output.
 
+Closed sessions (event-time merging windows): a record whose window overlaps a session of its key
+that was already cleaned up (fired, and past its allowed lateness) is late too, rather than the
+start of a second session overlapping one that was emitted (Flink starts that second session).
+The bounds of a closed session are kept until the watermark passes its end plus the allowed
+lateness plus the widest window assigned so far; from then on any record overlapping it is late by
+its own window. With dynamic gaps, a record whose gap is wider than any before may still find a
+forgotten session.
+
 Threading model: every method runs on the mailbox thread.
 
 >>> from actorflow.operators import OperatorHarness
@@ -35,6 +43,8 @@ Threading model: every method runs on the mailbox thread.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -177,6 +187,13 @@ class WindowOperator(StreamOperator):
         self._window_state: dict[tuple[Any, Any], dict[str, Any]] = {}
         self._global_state: dict[Any, dict[str, Any]] = {}
         self._merging: dict[Any, MergingWindowSet] = {}
+        #: key -> the sessions of that key that closed and may still be overlapped (see the docstring)
+        self._closed_sessions: dict[Any, list[TimeWindow]] = {}
+        #: (end + allowed lateness, sequence, key, window): when to forget a closed session, once
+        #: the widest window is added too
+        self._closed_heap: list[tuple[int, int, Any, TimeWindow]] = []
+        self._closed_sequence = itertools.count()
+        self._widest_window_ms: int = getattr(self.assigner, "gap_ms", 0)
         # The Arrow path's open windows, as tables instead of the dicts above (see panes.py).
         self._panes: Panes | None = None
         self._ctx = WindowContexts(self)
@@ -209,10 +226,17 @@ class WindowOperator(StreamOperator):
         })
         self._watermark = s["watermark"]
         self._panes = None if s["panes"] is None else _panes_from_state(self, s["panes"])
+        closed = s.get("closed_sessions")  # absent from snapshots that had none to keep
+        if closed is not None:
+            self._widest_window_ms = max(self._widest_window_ms, closed["widest_ms"])
+            for key, window in closed["windows"]:
+                self._remember_closed_session(key, window_of(window))
 
     def snapshot_state(self) -> dict[str, Any]:
         """Window contents, trigger and function state, merge sets and timers, as plain data
-        (the ``window`` structure of ``state.py``).
+        (the ``window`` structure of ``state.py``), and where there are any, the closed sessions
+        still remembered: ``"closed_sessions": {"widest_ms": ms, "windows": [(key, window), ...]}``
+        (optional, so that snapshots without it restore as they did).
 
         Every container is copied, so that the operator may go on changing its state while the
         snapshot is written elsewhere; user values are shared (an operator never mutates one in place
@@ -228,6 +252,12 @@ class WindowOperator(StreamOperator):
             else:
                 contents.append((key, plain_window(window), "value", value))
         timers = self._timers.snapshot()
+        extra: dict[str, Any] = {}
+        if self._closed_sessions or self._widest_window_ms > getattr(self.assigner, "gap_ms", 0):
+            extra["closed_sessions"] = {
+                "widest_ms": self._widest_window_ms,
+                "windows": [(k, plain_window(w)) for k, ws in self._closed_sessions.items() for w in ws],
+            }
         return versioned("window", {
             "watermark": self._watermark,
             "contents": contents,
@@ -241,6 +271,7 @@ class WindowOperator(StreamOperator):
                 "watermark": timers["watermark"],
             },
             "panes": _panes_state(self._panes) if self._panes else None,
+            **extra,
         })
 
     # ---------------------------------------------------------------------- input
@@ -251,6 +282,8 @@ class WindowOperator(StreamOperator):
             if self._panes is not None and self._panes.due(watermark.timestamp_ms):
                 self._fire_panes(self._panes, watermark.timestamp_ms)
             self._timers.advance_watermark(watermark.timestamp_ms)
+            if self._closed_heap:
+                self._forget_closed_sessions(watermark.timestamp_ms)
         self.output.emit_watermark(watermark)
 
     def process_element(self, record: Record) -> None:
@@ -340,7 +373,13 @@ class WindowOperator(StreamOperator):
                     operator=self.context.name, value=record.value, timestamp_ms=record.timestamp_ms,
                 )
 
+        closed = self._closed_sessions.get(key) if self._closed_sessions else None
         for window in windows:
+            if self._is_event_time and isinstance(window, TimeWindow):
+                if window.end_ms - window.start_ms > self._widest_window_ms:
+                    self._widest_window_ms = window.end_ms - window.start_ms
+                if closed is not None and any(window.start_ms < c.end_ms and c.start_ms < window.end_ms for c in closed):
+                    continue  # late: it would reopen a session that was emitted and cleaned up
             existed = window in merging.mapping
             actual = merging.add_window(window, merge, check)
             if self._is_event_time and self._cleanup_time(actual) <= self._watermark:
@@ -543,6 +582,23 @@ class WindowOperator(StreamOperator):
             merging.retire_window(window)
             if not merging.mapping:
                 del self._merging[key]
+            if self._is_event_time and isinstance(window, TimeWindow):
+                self._remember_closed_session(key, window)
+
+    def _remember_closed_session(self, key: Any, window: TimeWindow) -> None:
+        self._closed_sessions.setdefault(key, []).append(window)
+        heapq.heappush(self._closed_heap, (window.end_ms + self.allowed_lateness_ms, next(self._closed_sequence), key, window))
+
+    def _forget_closed_sessions(self, watermark_ms: int) -> None:
+        """Forget the closed sessions that no record can overlap without being late by itself:
+        one that does has a window of at most the widest width starting before the session's end."""
+        heap = self._closed_heap
+        while heap and heap[0][0] + self._widest_window_ms <= watermark_ms:
+            _, _, key, window = heapq.heappop(heap)
+            windows = self._closed_sessions[key]
+            windows.remove(window)
+            if not windows:
+                del self._closed_sessions[key]
 
     # ----------------------------------------------------------------------- emit
 

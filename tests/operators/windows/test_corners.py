@@ -4,18 +4,21 @@ trigger at a window's end, and arguments given the wrong way round."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
-from actorflow.operators import OperatorHarness, ResultTypeError
+from actorflow.operators import OperatorHarness, ResultTypeError, Watermark
 from actorflow.operators.windows import (
     ContinuousEventTimeTrigger,
     ContinuousProcessingTimeTrigger,
     Count,
+    DynamicEventTimeSessionWindows,
     EventTimeSessionWindows,
     EventTimeTrigger,
     GlobalWindows,
     MergingWindowAssigner,
     PurgingTrigger,
+    Sum,
     TimeWindow,
     TriggerResult,
     TumblingEventTimeWindows,
@@ -128,3 +131,82 @@ def test_a_window_found_late_at_assignment_with_state_is_cleared(assigner):
     assert h.side_output("late") == [{"k": "a", "late": True}]
     assert op._contents == {} and op._trigger_state == {} and op._merging == {}
     assert op._timers.event_time_timers() == [] and op._timers.processing_time_timers() == []
+
+
+# ------------------------------------------------------------ sessions that closed
+
+
+def session_op(**kwargs):
+    return WindowOperator("k", EventTimeSessionWindows(5), aggregate=Count(), **kwargs)
+
+
+def test_a_record_that_would_reopen_a_fired_session_goes_to_the_side_output():
+    h, out = run(session_op(late_data_tag="late"), ["a@0", "wm 6", "a@3", "wm 20"])
+    # Not a second session [3,8) overlapping the [0,5) that came out.
+    assert out == ["a [0,5) 1 @4", "wm 6", "wm 20"]
+    assert h.side_output("late") == [{"k": "a", "v": 1}]
+
+
+def test_without_a_side_output_it_is_counted_as_dropped():
+    op = session_op()
+    _, out = run(op, ["a@0", "wm 6", "a@3", "wm 20"])
+    assert out == ["a [0,5) 1 @4", "wm 6", "wm 20"] and op.metrics.late_records_dropped == 1
+
+
+def test_within_the_allowed_lateness_it_joins_the_session_and_past_it_is_late():
+    h, out = run(session_op(allowed_lateness_ms=10, late_data_tag="late"), ["a@0", "wm 6", "a:2@3", "wm 20", "a:3@7", "wm 40"])
+    # 3 joins [0,5) while it may (a late firing, as in Flink); 7 comes after [0,8) was cleaned up at 17.
+    assert out == ["a [0,5) 1 @4", "wm 6", "a [0,8) 2 @7", "wm 20", "wm 40"]
+    assert h.side_output("late") == [{"k": "a", "v": 3}]
+
+
+def test_a_session_that_only_touches_the_fired_one_is_on_time():
+    h, out = run(session_op(late_data_tag="late"), ["a@0", "wm 4", "a@5", "b@2", "wm 20"])
+    # 5 is ahead of the watermark: its session [5,10) touches [0,5) but overlaps nothing emitted.
+    # Other keys know nothing of a's sessions.
+    assert out == ["a [0,5) 1 @4", "wm 4", "b [2,7) 1 @6", "a [5,10) 1 @9", "wm 20"]
+    assert h.side_output("late") == []
+
+
+def test_a_closed_session_is_remembered_only_while_a_record_could_still_reopen_it():
+    op = session_op(late_data_tag="late")
+    h, _ = run(op, ["a@0", "wm 6"])
+    assert op._closed_sessions == {"a": [TimeWindow(0, 5)]}
+    h.process_watermark(9)  # a record at 4 would still open [4,9), not late by itself
+    assert op._closed_sessions
+    h.process_watermark(10)  # end 5 + lateness 0 + gap 5: every record that overlaps [0,5) is late by itself now
+    assert op._closed_sessions == {}
+
+
+def test_the_closed_sessions_survive_a_snapshot():
+    h, _ = run(session_op(late_data_tag="late"), ["a@0", "wm 6"])
+    restored = OperatorHarness(session_op(late_data_tag="late"))
+    restored.restore(h.snapshot())
+    restored.process_element({"k": "a", "v": 1}, 3)
+    restored.process_watermark(20)
+    assert restored.output == [Watermark(20)] and restored.side_output("late") == [{"k": "a", "v": 1}]
+
+
+def test_a_batch_on_the_arrow_path_finds_the_closed_session_too():
+    op = WindowOperator("k", EventTimeSessionWindows(5), aggregate=Sum("v"), late_data_tag="late")
+    h = OperatorHarness(op)
+    h.open()
+    op.process_batch(pa.table({"k": ["a"], "v": [1], "ts": [0]}), "ts")
+    h.process_watermark(6)
+    op.process_batch(pa.table({"k": ["a", "b"], "v": [2, 3], "ts": [3, 3]}), "ts")
+    h.process_watermark(20)
+    assert h.output_values() == [
+        {"k": "a", "window_start": 0, "window_end": 5, "result": 1},
+        {"k": "b", "window_start": 3, "window_end": 8, "result": 3},
+    ]
+    assert h.side_output("late") == [{"k": "a", "v": 2, "ts": 3}]
+
+
+def test_with_dynamic_gaps_the_widest_gap_seen_keeps_a_closed_session():
+    op = WindowOperator("k", DynamicEventTimeSessionWindows(lambda v: v["gap"]), aggregate=Count(), late_data_tag="late")
+    h = OperatorHarness(op)
+    h.process_element({"k": "b", "gap": 50}, 100)  # another key's wide gap
+    h.process_element({"k": "a", "gap": 5}, 0)
+    h.process_watermark(30)  # [0,5) fires; [3,53) would still be open
+    h.process_element({"k": "a", "gap": 50}, 3)
+    assert h.side_output("late") == [{"k": "a", "gap": 50}]
