@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
-from ..elements import MAX_WATERMARK
+from ..elements import MAX_WATERMARK, MIN_TIMESTAMP
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -86,6 +86,18 @@ class GlobalWindow:
 
     def __repr__(self) -> str:
         return "GlobalWindow()"
+
+
+def _time_window(start_ms: int, end_ms: int) -> TimeWindow:
+    """``TimeWindow(start_ms, end_ms)`` within the range of timestamps.
+
+    A window that would end past the largest timestamp ends there instead: its timers then fall
+    where the final watermark reaches them, so it fires and is cleaned up at the end of input
+    rather than kept for ever, and its bounds fit an int64 column (as they do at the other end).
+    """
+    if end_ms > MAX_WATERMARK or start_ms < MIN_TIMESTAMP:
+        return TimeWindow(max(start_ms, MIN_TIMESTAMP), min(end_ms, MAX_WATERMARK))
+    return TimeWindow(start_ms, end_ms)
 
 
 def window_start_with_offset(timestamp_ms: int, offset_ms: int, size_ms: int) -> int:
@@ -157,7 +169,7 @@ class _Tumbling(WindowAssigner[TimeWindow]):
     def assign_windows(self, value: Any, timestamp_ms: int, processing_time_ms: int) -> list[TimeWindow]:
         t = timestamp_ms if self.is_event_time else processing_time_ms
         start = t - (t - self.offset_ms) % self.size_ms
-        return [TimeWindow(start, start + self.size_ms)]
+        return [_time_window(start, start + self.size_ms)]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(size_ms={self.size_ms}, offset_ms={self.offset_ms})"
@@ -200,7 +212,7 @@ class _Sliding(WindowAssigner[TimeWindow]):
         start = t - (t - self.offset_ms) % slide
         windows = []
         while start > t - size:  # newest window first, as Flink
-            windows.append(TimeWindow(start, start + size))
+            windows.append(_time_window(start, start + size))
             start -= slide
         return windows
 
@@ -259,7 +271,7 @@ class _Session(MergingWindowAssigner[TimeWindow]):
 
     def assign_windows(self, value: Any, timestamp_ms: int, processing_time_ms: int) -> list[TimeWindow]:
         t = timestamp_ms if self.is_event_time else processing_time_ms
-        return [TimeWindow(t, t + self._gap(value))]
+        return [_time_window(t, t + self._gap(value))]
 
     def merge_windows(self, windows: Sequence[TimeWindow], merge: Callable[[list[TimeWindow], TimeWindow], None]) -> None:
         merge_time_windows(windows, merge)

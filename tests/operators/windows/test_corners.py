@@ -18,6 +18,7 @@ from actorflow.operators.windows import (
     GlobalWindows,
     MergingWindowAssigner,
     PurgingTrigger,
+    SlidingEventTimeWindows,
     Sum,
     TimeWindow,
     TriggerResult,
@@ -210,3 +211,39 @@ def test_with_dynamic_gaps_the_widest_gap_seen_keeps_a_closed_session():
     h.process_watermark(30)  # [0,5) fires; [3,53) would still be open
     h.process_element({"k": "a", "gap": 50}, 3)
     assert h.side_output("late") == [{"k": "a", "gap": 50}]
+
+
+# ------------------------------------------------- windows past the largest timestamp
+
+LAST_START = MAX - MAX % 1000  # the window of MAX - 100 would end 193 ms past MAX
+
+
+@pytest.mark.parametrize("assigner", [TumblingEventTimeWindows(1000), SlidingEventTimeWindows(1000, 500)], ids=["tumbling", "sliding"])
+def test_a_window_that_would_end_past_the_largest_timestamp_ends_there_and_fires_at_the_final_watermark(assigner):
+    op = WindowOperator("k", assigner, aggregate=Count())
+    _, out = run(op, ["a@9223372036854775707", f"wm {MAX}"])
+    assert out[-2:] == [f"a [{LAST_START},{MAX}) 1 @{MAX - 1}", f"wm {MAX}"]
+    assert op._contents == {} and op._timers.event_time_timers() == []  # fired and cleaned up
+
+
+def test_a_session_that_would_end_past_the_largest_timestamp_ends_there():
+    op = WindowOperator("k", EventTimeSessionWindows(1000), aggregate=Count())
+    _, out = run(op, ["a@9223372036854775707", f"wm {MAX}"])
+    assert out == [f"a [{MAX - 100},{MAX}) 1 @{MAX - 1}", f"wm {MAX}"]
+    assert op._contents == {} and op._merging == {}
+
+
+def test_on_the_arrow_path_too():
+    op = WindowOperator("k", TumblingEventTimeWindows(1000), aggregate=Count())
+    h = OperatorHarness(op)
+    h.open()
+    table = pa.table({"k": ["a", "a"]})
+    timestamps = pa.array([5, MAX - 100], pa.int64())
+    assert op.pre_aggregate(table, timestamps) is None  # the rows go to the operator themselves
+    op.process_timestamped_batch(table, timestamps)
+    h.process_watermark(MAX)
+    assert h.output_values() == [
+        {"k": "a", "window_start": 0, "window_end": 1000, "result": 1},
+        {"k": "a", "window_start": LAST_START, "window_end": MAX, "result": 1},
+    ]
+    assert op._contents == {}
