@@ -299,6 +299,40 @@ def default_checkpoint_directory() -> str:
     return os.environ.get("ACTORFLOW_CHECKPOINT_DIR") or os.path.join(tempfile.gettempdir(), "actorflow-checkpoints")
 
 
+class _BlockDrain:
+    """A thread that takes an actor's stream of output blocks, in order, as the actor sends them.
+
+    The stream ends with the actor's output. Where it fails instead, ``join`` raises that failure:
+    the job's own calls report an actor that died, but a stream that broke while its actor went
+    on would leave the result short of rows, so the job fails rather than return it.
+    """
+
+    def __init__(self, stream: Any, name: str) -> None:
+        self.blocks: list[Any] = []
+        self.name = name
+        self._stream = stream
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._take, name=name, daemon=True)
+        self._thread.start()
+
+    def _take(self) -> None:
+        try:
+            for ref in self._stream:
+                self.blocks.append(ref)
+        except BaseException as error:  # noqa: BLE001 - raised again by join(), in the job's thread
+            self._error = error
+
+    def join(self, timeout_s: float) -> None:
+        """Wait for the stream's end; raise if it did not end, or ended with an error."""
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise RuntimeError(f"{self.name}: its stream of blocks did not end with the job")
+        if self._error is not None:
+            raise RuntimeError(f"{self.name}: its stream of blocks failed after {len(self.blocks)} block(s), "
+                               f"so the result would miss rows: {type(self._error).__name__}: {self._error}"
+                               ) from self._error
+
+
 class _AttemptFailed(Exception):
     def __init__(self, error: BaseException) -> None:
         super().__init__(str(error))
@@ -318,7 +352,7 @@ class _Attempt:
         # blocks[i] holds instance i's blocks, owned by this process, in order.
         self.stream_output = stream_output
         self.blocks: list[list[Any]] = []
-        self._drains: list[threading.Thread] = []
+        self._drains: list[_BlockDrain] = []
         self.checkpoints, self.coordinator, self.restore = checkpoints, coordinator, restore
         self.output_schema, self.placement = output_schema, placement
         self.handles: list[Any] = []
@@ -428,21 +462,9 @@ class _Attempt:
         self._times["deploy"] = time.perf_counter()
 
     def _drain(self, actor: Any) -> None:
-        blocks: list[Any] = []
-        self.blocks.append(blocks)
-        stream = actor.output_blocks.options(num_returns="streaming").remote()
-
-        def take() -> None:
-            # A failed actor ends the stream with an error, which the job reports by itself.
-            try:
-                for ref in stream:
-                    blocks.append(ref)
-            except RayError:
-                pass
-
-        thread = threading.Thread(target=take, name=f"{self.names[actor]} output", daemon=True)
-        thread.start()
-        self._drains.append(thread)
+        drain = _BlockDrain(actor.output_blocks.options(num_returns="streaming").remote(), f"{self.names[actor]} output")
+        self.blocks.append(drain.blocks)
+        self._drains.append(drain)
 
     def await_end(self, progress: bool, started: float) -> None:
         operators = [a for actors in self.stage_actors for a in actors]
@@ -470,10 +492,8 @@ class _Attempt:
             schemas = [t.schema if t is not None else None for t in ray.get(tables)]
         else:
             schemas = ray.get(schema_refs)
-            for thread in self._drains:  # the streams end with the actors' output
-                thread.join(60)
-                if thread.is_alive():
-                    raise RuntimeError(f"{thread.name}: its stream of blocks did not end with the job")
+            for drain in self._drains:  # the streams end with the actors' output
+                drain.join(60)
             finished = on_finish(last, schemas, self.blocks) if on_finish is not None else None
             ray.wait(tables, num_returns=len(tables), fetch_local=False)
         output_rows = sum(f["records_out"] for f in ray.get(stats_refs))

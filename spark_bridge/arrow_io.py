@@ -453,6 +453,7 @@ class _HeldOutputs:
             self._held.clear()
 
     def _watch(self) -> None:
+        warned: set[str] = set()
         while True:
             time.sleep(self.POLL_S)
             with self._lock:
@@ -460,10 +461,20 @@ class _HeldOutputs:
                     self._watcher = None
                     return
                 entries = list(self._held.items())
-            read = [key for key, held in entries if self._read(held)]
-            del entries  # a release frees its blocks: nothing here may hold them
-            for key in read:
-                self.release(key)
+            try:
+                read = [key for key, held in entries if self._read(held)]
+                entries.clear()  # a release frees its blocks: nothing here may hold them
+                for key in read:
+                    self.release(key)
+            except Exception as error:  # noqa: BLE001 - the watcher must outlive one bad round
+                # Were the thread to end, no result's blocks would ever be freed again.
+                cause = f"{type(error).__name__}: {error}"
+                if cause not in warned:
+                    warned.add(cause)
+                    _log.warning("freeing the Ray blocks of results that Spark has read failed (%s); "
+                                 "they stay held, and the watcher tries again every %s s", cause, self.POLL_S)
+            finally:
+                entries.clear()
 
     @staticmethod
     def _read(held: _Held) -> bool:
