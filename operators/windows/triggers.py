@@ -214,7 +214,8 @@ class _ContinuousTrigger(Trigger):
     """Fires every ``interval_ms`` while the window has elements; one clock, given by the subclass.
 
     The next firing time is trigger state (``fire_ms``), aligned to multiples of the interval and
-    never past the window's end; merged windows keep the earliest.
+    never past the window's end, where the firings stop (an element that comes later fires the
+    window once more); merged windows keep the earliest.
     """
 
     def __init__(self, interval_ms: int) -> None:
@@ -229,7 +230,11 @@ class _ContinuousTrigger(Trigger):
     def _fire_if_due(self, time_ms: int, window: Any, ctx: TriggerContext) -> TriggerResult:
         if ctx.get_state("fire_ms") == time_ms:
             ctx.clear_state("fire_ms")
-            self._register_next(time_ms, window, ctx)
+            # The window's end is the last firing. Past it, the next firing would be capped at the
+            # end again, a timer at the time that fires it: for ever, on an event-time window
+            # whose end processing time passes (Flink loops there).
+            if time_ms < window.max_timestamp():
+                self._register_next(time_ms, window, ctx)
             return TriggerResult.FIRE
         return TriggerResult.CONTINUE
 

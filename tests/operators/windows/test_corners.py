@@ -247,3 +247,30 @@ def test_on_the_arrow_path_too():
         {"k": "a", "window_start": LAST_START, "window_end": MAX, "result": 1},
     ]
     assert op._contents == {}
+
+
+# ------------------------------------- a continuous processing-time trigger at the end
+
+
+class AtMost(ContinuousProcessingTimeTrigger):
+    """Fails the test, instead of hanging it, if it is asked too often."""
+
+    calls = 0
+
+    def on_processing_time(self, time_ms, window, ctx):
+        AtMost.calls += 1
+        if AtMost.calls > 50:
+            raise AssertionError(f"on_processing_time({time_ms}) called over and over")
+        return super().on_processing_time(time_ms, window, ctx)
+
+
+@pytest.mark.parametrize("steps", [
+    ["a@5", "pt 50", "pt 99", "pt 5000", "wm 99"],  # processing time reaches the window's last millisecond
+    ["pt 5000", "a@5", "pt 5001", "pt 9000", "wm 99"],  # the record comes when it is long past
+], ids=["reaches-the-end", "past-the-end"])
+def test_a_continuous_processing_time_trigger_stops_at_an_event_time_windows_end(steps):
+    AtMost.calls = 0
+    op = WindowOperator("k", TumblingEventTimeWindows(100), aggregate=Count(), trigger=AtMost(1000))
+    _, out = run(op, steps)
+    assert out == ["a [0,100) 1 @99", "wm 99"]  # once, at the window's end, then cleaned up
+    assert op._timers.processing_time_timers() == []
