@@ -103,6 +103,11 @@ class WatermarksWithIdleness:
     While idle it emits no watermarks; the next record makes it active again, and the next tick
     says so (``WatermarkStatus(idle=False)``) before any watermark.
 
+    The first tick after records never says idle, however late it comes: it emits the watermark
+    those records allow, which idleness would otherwise swallow (and with it the windows it
+    closes). Flink's ``IdlenessTimer`` does the same: it never reports idle on its first check
+    after activity.
+
     >>> from actorflow.operators.clock import ManualClock
     >>> clock = ManualClock(0)
     >>> g = WatermarksWithIdleness(BoundedOutOfOrdernessWatermarks(0), idleness_ms=100, clock=clock)
@@ -121,6 +126,7 @@ class WatermarksWithIdleness:
         self.idleness_ms = idleness_ms
         self._clock = clock
         self._last_activity_ms: int | None = None
+        self._unseen_activity = False  # records came since the last tick
         self.is_idle = False
 
     def bind_clock(self, clock: Clock) -> None:
@@ -136,13 +142,14 @@ class WatermarksWithIdleness:
     def on_event(self, timestamp_ms: int) -> None:
         self.watermarks.on_event(timestamp_ms)
         self._last_activity_ms = self._now_ms()
+        self._unseen_activity = True
 
     def on_periodic_emit(self) -> list[StreamElement]:
         now = self._now_ms()
         if self._last_activity_ms is None:
             self._last_activity_ms = now  # quiet from the first look on
-        quiet_ms = now - self._last_activity_ms
-        if quiet_ms >= self.idleness_ms:
+        fresh, self._unseen_activity = self._unseen_activity, False
+        if not fresh and now - self._last_activity_ms >= self.idleness_ms:
             if self.is_idle:
                 return []
             self.is_idle = True
