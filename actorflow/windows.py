@@ -44,6 +44,7 @@ from .operators.windows import (
     WindowContext,
     WindowOperator,
     count_window,
+    merge_time_windows,
 )
 
 __all__ = [
@@ -54,5 +55,5 @@ __all__ = [
     "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger", "SlidingEventTimeWindows",
     "SlidingProcessingTimeWindows", "Sum", "TimeEvictor", "TimeWindow", "TimestampedValue", "Trigger",
     "TriggerContext", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows", "WindowAssigner",
-    "WindowContext", "WindowOperator", "count_window",
+    "WindowContext", "WindowOperator", "count_window", "merge_time_windows",
 ]

@@ -38,6 +38,7 @@ from .assigners import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
     WindowAssigner,
+    merge_time_windows,
     window_start_with_offset,
 )
 from .evictors import CountEvictor, DeltaEvictor, Evictor, EvictorContext, TimeEvictor, TimestampedValue
@@ -78,5 +79,5 @@ __all__ = [
     "SlidingProcessingTimeWindows", "Sum", "TimeEvictor", "TimeWindow", "TimestampedValue", "Trigger",
     "TriggerContext", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",
     "WindowAssigner", "WindowContext", "WindowOperator", "WindowOperatorMetrics", "WindowSpec",
-    "count_window", "window_start_with_offset",
+    "count_window", "merge_time_windows", "window_start_with_offset",
 ]

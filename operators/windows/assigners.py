@@ -36,6 +36,7 @@ __all__ = [
     "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows",
     "WindowAssigner",
+    "merge_time_windows",
     "window_start_with_offset",
 ]
 
@@ -199,6 +200,14 @@ class _Sliding(WindowAssigner[TimeWindow]):
     def __init__(self, size_ms: int, slide_ms: int, offset_ms: int = 0) -> None:
         self.size_ms = _positive("size_ms", size_ms)
         self.slide_ms = _positive("slide_ms", slide_ms)
+        if slide_ms > size_ms:
+            # Flink accepts it; here it is nearly always the arguments swapped, and it would leave
+            # the rows between two windows in none, to be reported as late.
+            raise ConfigurationError(
+                f"slide_ms must be <= size_ms, got size_ms={size_ms} and slide_ms={slide_ms}: the rows between two "
+                f"windows would fall in none. The size comes first: {type(self).__name__}({slide_ms}, {size_ms}) "
+                "if the arguments were swapped"
+            )
         self.offset_ms = _offset(offset_ms, slide_ms, "slide_ms")
 
     @classmethod
@@ -223,6 +232,8 @@ class _Sliding(WindowAssigner[TimeWindow]):
 class SlidingEventTimeWindows(_Sliding):
     """Windows of ``size_ms`` starting every ``slide_ms``, by event time; an element may be in several.
 
+    A slide larger than the size is refused (Flink accepts it): it leaves gaps between the windows.
+
     >>> SlidingEventTimeWindows(10, 5, offset_ms=2).assign_windows(None, 8, 0)
     [TimeWindow(start_ms=7, end_ms=17), TimeWindow(start_ms=2, end_ms=12)]
     """
@@ -241,7 +252,13 @@ class SlidingProcessingTimeWindows(_Sliding):
 
 
 def merge_time_windows(windows: Sequence[TimeWindow], merge: Callable[[list[TimeWindow], TimeWindow], None]) -> None:
-    """Merge overlapping or touching windows; report each group of two or more."""
+    """Merge overlapping or touching windows; report each group of two or more, with the window
+    that covers it. A custom ``MergingWindowAssigner`` of time windows may call it from its
+    ``merge_windows``, as the session assigners do.
+
+    >>> merge_time_windows([TimeWindow(0, 5), TimeWindow(9, 12), TimeWindow(4, 9)], lambda group, result: print(group, result))
+    [TimeWindow(start_ms=0, end_ms=5), TimeWindow(start_ms=4, end_ms=9), TimeWindow(start_ms=9, end_ms=12)] TimeWindow(start_ms=0, end_ms=12)
+    """
     ordered = sorted(windows)
     group: list[TimeWindow] = []
     cover: TimeWindow | None = None

@@ -59,8 +59,7 @@ def test_window_start_with_offset(timestamp, offset, size, start):
         (SlidingEventTimeWindows(10, 5), 17, 0, [TimeWindow(15, 25), TimeWindow(10, 20)]),  # newest first
         (SlidingEventTimeWindows(10, 3), 7, 0, [TimeWindow(6, 16), TimeWindow(3, 13), TimeWindow(0, 10)]),
         (SlidingEventTimeWindows(10, 5, offset_ms=2), 8, 0, [TimeWindow(7, 17), TimeWindow(2, 12)]),
-        (SlidingEventTimeWindows(5, 10), 7, 0, []),  # a gap between sliding windows holds no window
-        (SlidingEventTimeWindows(5, 10), 3, 0, [TimeWindow(0, 5)]),
+        (SlidingEventTimeWindows(10, 10), 3, 0, [TimeWindow(0, 10)]),  # a slide of the size: tumbling
         (SlidingProcessingTimeWindows(10, 5), 0, 12, [TimeWindow(10, 20), TimeWindow(5, 15)]),
         (EventTimeSessionWindows(5), 3, 0, [TimeWindow(3, 8)]),
         (ProcessingTimeSessionWindows(5), 0, 3, [TimeWindow(3, 8)]),

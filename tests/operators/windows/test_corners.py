@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from actorflow.operators import OperatorHarness, ResultTypeError, Watermark
+from actorflow.operators import ConfigurationError, OperatorHarness, ResultTypeError, Watermark
 from actorflow.operators.windows import (
     ContinuousEventTimeTrigger,
     ContinuousProcessingTimeTrigger,
@@ -19,6 +19,7 @@ from actorflow.operators.windows import (
     MergingWindowAssigner,
     PurgingTrigger,
     SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
     Sum,
     TimeWindow,
     TriggerResult,
@@ -274,3 +275,24 @@ def test_a_continuous_processing_time_trigger_stops_at_an_event_time_windows_end
     _, out = run(op, steps)
     assert out == ["a [0,100) 1 @99", "wm 99"]  # once, at the window's end, then cleaned up
     assert op._timers.processing_time_timers() == []
+
+
+# ------------------------------------------------------- arguments the wrong way round
+
+
+@pytest.mark.parametrize("assigner", [SlidingEventTimeWindows, SlidingProcessingTimeWindows])
+def test_a_slide_larger_than_the_size_is_refused_as_probably_swapped(assigner):
+    with pytest.raises(ConfigurationError) as info:
+        assigner.of(1_000, 5_000)
+    assert str(info.value) == (
+        "slide_ms must be <= size_ms, got size_ms=1000 and slide_ms=5000: the rows between two windows would fall in "
+        f"none. The size comes first: {assigner.__name__}(5000, 1000) if the arguments were swapped"
+    )
+
+
+def test_merge_time_windows_is_there_for_a_custom_merging_assigner():
+    from actorflow.windows import merge_time_windows
+
+    merged = []
+    merge_time_windows([TimeWindow(0, 5), TimeWindow(20, 25), TimeWindow(4, 9)], lambda ws, w: merged.append((ws, w)))
+    assert merged == [([TimeWindow(0, 5), TimeWindow(4, 9)], TimeWindow(0, 9))]
