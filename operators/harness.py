@@ -198,6 +198,45 @@ class OperatorHarness:
         self._out.elements.clear()
         self._out.side.clear()
 
+    # ------------------------------------------------------------- state views
+
+    def window_state(self, operator: int | None = None) -> dict[Any, dict[Any, Any]]:
+        """Read-only: what the window operator's windows hold, ``{key: {window: contents}}``
+        (``WindowOperator.window_state``), instead of unpickling a snapshot.
+
+        ``operator`` is the operator's position in the chain; it may be left out when the chain
+        holds one window operator.
+
+        >>> from actorflow.operators.windows import Count, TumblingEventTimeWindows, WindowOperator
+        >>> h = OperatorHarness(WindowOperator("k", TumblingEventTimeWindows(10), aggregate=Count()))
+        >>> h.process_element({"k": "a"}, 3); h.window_state()
+        {'a': {TimeWindow(start_ms=0, end_ms=10): 1}}
+        >>> h.timers()
+        {'event': [(9, 'a', TimeWindow(start_ms=0, end_ms=10))], 'processing': []}
+        """
+        view: dict[Any, dict[Any, Any]] = self._viewed(operator, "window_state").window_state()
+        return view
+
+    def timers(self, operator: int | None = None) -> dict[str, list[tuple[int, Any, Any]]]:
+        """Read-only: the window operator's pending timers, ``{"event": [(timestamp_ms, key, window),
+        ...], "processing": [...]}`` in firing order (``WindowOperator.timers``)."""
+        pending: dict[str, list[tuple[int, Any, Any]]] = self._viewed(operator, "timers").timers()
+        return pending
+
+    def _viewed(self, index: int | None, method: str) -> Any:
+        operators = self.chain.operators
+        if index is not None:
+            op = operators[index]
+            if not hasattr(op, method):
+                raise ConfigurationError(f"operator {index} of the chain ({op!r}) has no {method}(); a window operator has")
+            return op
+        found = [op for op in operators if hasattr(op, method)]
+        if len(found) != 1:
+            raise ConfigurationError(
+                f"{method}() needs operator= when the chain does not hold exactly one window operator; it holds {len(found)}"
+            )
+        return found[0]
+
     # -------------------------------------------------------------------- input
 
     def open(self) -> None:

@@ -274,6 +274,70 @@ class WindowOperator(StreamOperator):
             **extra,
         })
 
+    # ----------------------------------------------------------------------- view
+
+    def window_state(self) -> dict[Any, dict[Any, Any]]:
+        """What each key's windows hold now, for tests and debugging: ``{key: {window: contents}}``.
+
+        ``contents`` is the accumulator (``aggregate``), the reduced value (``reduce``), or the list
+        of elements (a lone ``process``; ``TimestampedValue``s with an evictor). Only windows with
+        contents appear (a purged window does not); merged windows appear as the merged window.
+        A copy: changing it changes nothing in the operator, and reading it changes nothing either
+        (windows the Arrow path keeps as tables are read where they are).
+
+        >>> from actorflow.operators import OperatorHarness
+        >>> from actorflow.operators.windows import TumblingEventTimeWindows, Count
+        >>> op = WindowOperator("k", TumblingEventTimeWindows(10), aggregate=Count())
+        >>> h = OperatorHarness(op); h.process_element({"k": "a"}, 3); h.process_element({"k": "a"}, 12)
+        >>> op.window_state()
+        {'a': {TimeWindow(start_ms=0, end_ms=10): 1, TimeWindow(start_ms=10, end_ms=20): 1}}
+        """
+        view: dict[Any, dict[Any, Any]] = {}
+        contents = self._contents
+        if self._merging_assigner is not None:
+            for key, merging in self._merging.items():
+                for window, state_window in merging.mapping.items():
+                    if (key, state_window) in contents:
+                        view.setdefault(key, {})[window] = _copied(contents[(key, state_window)])
+        else:
+            for (key, window), value in contents.items():
+                view.setdefault(key, {})[window] = _copied(value)
+        for key, window, accumulator in self._pane_windows():
+            view.setdefault(key, {})[window] = accumulator
+        return view
+
+    def _pane_windows(self) -> list[tuple[Any, TimeWindow, Any]]:
+        """``(key, window, accumulator)`` of the windows the panes hold, leaving them there."""
+        panes = self._panes
+        if not panes:
+            return []
+        several = isinstance(self.aggregate_fn, Aggregations)
+        return [
+            (key, TimeWindow(start, start + panes.size_ms), accs if several else accs[0])
+            for _, key, start, accs in group_rows(panes._merged(panes._all()), panes.keys, panes.parts)
+        ]
+
+    def timers(self) -> dict[str, list[tuple[int, Any, Any]]]:
+        """The pending timers, for tests and debugging: ``{"event": [...], "processing": [...]}``,
+        each a list of ``(timestamp_ms, key, window)`` in firing order (the trigger's timers and
+        the cleanup timers alike; Flink keeps them in one service too). Windows the Arrow path
+        keeps as tables show the timer at their end that fires them.
+
+        >>> from actorflow.operators import OperatorHarness
+        >>> from actorflow.operators.windows import TumblingEventTimeWindows, Count
+        >>> op = WindowOperator("k", TumblingEventTimeWindows(10), aggregate=Count())
+        >>> h = OperatorHarness(op); h.process_element({"k": "a"}, 3)
+        >>> op.timers()
+        {'event': [(9, 'a', TimeWindow(start_ms=0, end_ms=10))], 'processing': []}
+        """
+        event = [(t.timestamp_ms, t.key, t.namespace) for t in self._timers.event_time_timers()]
+        panes = self._pane_windows()
+        if panes:
+            # Per window, the timer the per-record path would have registered at its end.
+            event += [(window.max_timestamp(), key, window) for key, window, _ in panes]
+            event.sort(key=lambda timer: timer[0])
+        return {"event": event, "processing": [(t.timestamp_ms, t.key, t.namespace) for t in self._timers.processing_time_timers()]}
+
     # ---------------------------------------------------------------------- input
 
     def process_watermark(self, watermark: Watermark) -> None:
@@ -714,6 +778,12 @@ class WindowOperator(StreamOperator):
 
     def __repr__(self) -> str:
         return f"WindowOperator({self.name!r}, {self.assigner!r}, trigger={self.trigger!r})"
+
+
+def _copied(contents: Any) -> Any:
+    """Window contents for a view: a list of elements copied, an accumulator as it is (the
+    operator replaces accumulators and reduced values, never changes one in place)."""
+    return list(contents) if type(contents) is list else contents
 
 
 def _panes_state(panes: Panes) -> dict[str, Any]:

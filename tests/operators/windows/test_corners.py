@@ -128,11 +128,11 @@ def test_a_window_found_late_at_assignment_with_state_is_cleared(assigner):
     h.process_element({"k": "a"}, 5)
     h.set_processing_time(100)  # fires early; nothing cleans the window up now
     h.process_watermark(30)
-    assert op._contents and op._timers.event_time_timers() == []
+    assert h.window_state() and h.timers() == {"event": [], "processing": []}
     h.process_element({"k": "a", "late": True}, 3)  # late for the window it lands in, which must go
     assert h.side_output("late") == [{"k": "a", "late": True}]
-    assert op._contents == {} and op._trigger_state == {} and op._merging == {}
-    assert op._timers.event_time_timers() == [] and op._timers.processing_time_timers() == []
+    assert h.window_state() == {} and op._trigger_state == {} and op._merging == {}
+    assert h.timers() == {"event": [], "processing": []}
 
 
 # ------------------------------------------------------------ sessions that closed
@@ -222,16 +222,16 @@ LAST_START = MAX - MAX % 1000  # the window of MAX - 100 would end 193 ms past M
 @pytest.mark.parametrize("assigner", [TumblingEventTimeWindows(1000), SlidingEventTimeWindows(1000, 500)], ids=["tumbling", "sliding"])
 def test_a_window_that_would_end_past_the_largest_timestamp_ends_there_and_fires_at_the_final_watermark(assigner):
     op = WindowOperator("k", assigner, aggregate=Count())
-    _, out = run(op, ["a@9223372036854775707", f"wm {MAX}"])
+    h, out = run(op, ["a@9223372036854775707", f"wm {MAX}"])
     assert out[-2:] == [f"a [{LAST_START},{MAX}) 1 @{MAX - 1}", f"wm {MAX}"]
-    assert op._contents == {} and op._timers.event_time_timers() == []  # fired and cleaned up
+    assert h.window_state() == {} and h.timers()["event"] == []  # fired and cleaned up
 
 
 def test_a_session_that_would_end_past_the_largest_timestamp_ends_there():
     op = WindowOperator("k", EventTimeSessionWindows(1000), aggregate=Count())
-    _, out = run(op, ["a@9223372036854775707", f"wm {MAX}"])
+    h, out = run(op, ["a@9223372036854775707", f"wm {MAX}"])
     assert out == [f"a [{MAX - 100},{MAX}) 1 @{MAX - 1}", f"wm {MAX}"]
-    assert op._contents == {} and op._merging == {}
+    assert h.window_state() == {} and h.timers()["event"] == []
 
 
 def test_on_the_arrow_path_too():
@@ -247,7 +247,7 @@ def test_on_the_arrow_path_too():
         {"k": "a", "window_start": 0, "window_end": 1000, "result": 1},
         {"k": "a", "window_start": LAST_START, "window_end": MAX, "result": 1},
     ]
-    assert op._contents == {}
+    assert h.window_state() == {}
 
 
 # ------------------------------------- a continuous processing-time trigger at the end
@@ -272,9 +272,9 @@ class AtMost(ContinuousProcessingTimeTrigger):
 def test_a_continuous_processing_time_trigger_stops_at_an_event_time_windows_end(steps):
     AtMost.calls = 0
     op = WindowOperator("k", TumblingEventTimeWindows(100), aggregate=Count(), trigger=AtMost(1000))
-    _, out = run(op, steps)
+    h, out = run(op, steps)
     assert out == ["a [0,100) 1 @99", "wm 99"]  # once, at the window's end, then cleaned up
-    assert op._timers.processing_time_timers() == []
+    assert h.timers() == {"event": [], "processing": []}
 
 
 # ------------------------------------------------------- arguments the wrong way round

@@ -218,15 +218,14 @@ def test_session_late_record_goes_to_the_side_output():
 def test_cleanup_timer_is_at_max_timestamp_plus_lateness_and_saturates():
     op = total(TumblingEventTimeWindows(1000), allowed_lateness_ms=2000)()
     h, _ = run(op, ["k1:1@10", f"k2:1@{MAX - 1750}"])
-    timers = op.snapshot_state()["timers"]["event"]
-    assert [t[0] for t in timers] == [999, 2999, MAX - 808]  # k1: trigger, cleanup; k2: trigger only
+    assert [t[0] for t in h.timers()["event"]] == [999, 2999, MAX - 808]  # k1: trigger, cleanup; k2: trigger only
 
 
 def test_state_is_gone_after_cleanup():
     op = total(SlidingEventTimeWindows(2000, 1000), allowed_lateness_ms=100)()
-    run(op, ["a:1@10", "b:1@1500", "wm 5000"])
-    assert op._contents == {} and op._trigger_state == {}
-    assert op._timers.event_time_timers() == []
+    h, _ = run(op, ["a:1@10", "b:1@1500", "wm 5000"])
+    assert h.window_state() == {} and op._trigger_state == {}
+    assert h.timers() == {"event": [], "processing": []}
 
 
 def test_output_timestamp_is_the_window_max_timestamp_and_rows_carry_the_window():
@@ -261,4 +260,4 @@ def test_with_an_evictor_a_window_keeps_its_raw_elements_with_timestamps():
     h, out = run(op, ["a:1@3", "a:2@4", "wm 9"])
     assert out == ["a [0,10) 2 @9", "wm 9"]  # the last element only
     h, _ = run(op := WindowOperator("k", TumblingEventTimeWindows(10), aggregate=Sum("v"), evictor=CountEvictor(1)), ["a:1@3", "a:2@4"])
-    assert op._contents == {("a", TimeWindow(0, 10)): [TimestampedValue({"k": "a", "v": 1}, 3), TimestampedValue({"k": "a", "v": 2}, 4)]}
+    assert h.window_state() == {"a": {TimeWindow(0, 10): [TimestampedValue({"k": "a", "v": 1}, 3), TimestampedValue({"k": "a", "v": 2}, 4)]}}

@@ -56,7 +56,7 @@ def test_sliding_windows_count_every_accepted_record_once(steps, size, slide, la
     assert h.side_outputs.get("late", []) == side
     watermarks = [e.timestamp_ms for e in h.output if isinstance(e, Watermark)]
     assert watermarks == [s[1] for s in steps if s[0] == "wm"]  # every watermark forwarded, in order
-    assert op._contents == {} and op._timers.event_time_timers() == []  # all cleaned up at the end
+    assert h.window_state() == {} and h.timers()["event"] == []  # all cleaned up at the end
 
 
 @settings(max_examples=examples(200), deadline=None)
@@ -76,4 +76,4 @@ def test_sessions_partition_the_accepted_records(steps, gap):
     assert len(fired) == len(set(fired))  # no record in two firings: zero lateness fires each session once
     dropped = op.metrics.late_records_dropped
     assert len(fired) + dropped == len(accepted)  # and every record fired or was counted as dropped
-    assert op._contents == {} and op._merging == {}
+    assert h.window_state() == {} and op._merging == {}
