@@ -12,27 +12,35 @@ are the user's objects and stay as they are inside the structure; the host pickl
 checkpoint (Ray and the checkpoint storage need bytes), which is the only serializer that takes
 any user object. Pickle of a *plain* structure is stable across releases; ``is_plain`` checks it.
 
-Format version 1, per operator kind (``"format"`` names the kind; a stateless operator's state
+Format version 2, per operator kind (``"format"`` names the kind; a stateless operator's state
 is ``None``)::
 
-    async_wait  {"format": "async_wait", "version": 1, "sequence": n,
+    async_wait  {"format": "async_wait", "version": 2, "sequence": n,
                  "items": [("record", value, timestamp_ms, attempt, remaining_ms, retry_in_ms, origin, key)
-                           | ("watermark", timestamp_ms), ...]}          # in emission order
-    async_batch {"format": "async_batch", "version": 1, "sequence": n, "flush_remaining_ms": ms | None,
-                 "items": [("record", value, timestamp_ms, batch, origin, key) | ("watermark", timestamp_ms)],
+                           | ("watermark", timestamp_ms) | ("status", idle), ...]}   # in emission order
+    async_batch {"format": "async_batch", "version": 2, "sequence": n, "flush_remaining_ms": ms | None,
+                 "items": [("record", value, timestamp_ms, batch, origin, key) | ("watermark", timestamp_ms)
+                           | ("status", idle), ...],
                  "batches": [(batch, attempt, remaining_ms), ...]}
-    window      {"format": "window", "version": 1, "watermark": ms,
+    window      {"format": "window", "version": 2, "watermark": ms,
                  "contents": [(key, window, "value", value) | (key, window, "elements", [value, ...])
                               | (key, window, "timestamped", [(value, timestamp_ms), ...]), ...],
                  "trigger_state" | "window_state": [(key, window, {name: value}), ...],
                  "global_state": [(key, {name: value}), ...],
                  "merging": [(key, [(window, state_window), ...]), ...],
                  "timers": {"event" | "processing": [(timestamp_ms, key, window), ...], "watermark": ms},
-                 "panes": None | {"size_ms", "earliest_start", "rows_seen", "tables": [Arrow IPC stream bytes]}}
+                 "panes": None | {"size_ms", "earliest_start", "rows_seen", "tables": [Arrow IPC stream bytes]},
+                 "closed_sessions": {"widest_ms": ms, "windows": [(key, window), ...]}}   # optional
 
 A window is ``("time", start_ms, end_ms)`` or ``("global",)``; ``origin`` is a tuple of ints or
 None, ``key`` (of a request) a str. Times are ints of milliseconds; ``remaining_ms`` counts from
 the snapshot, so a restore on another machine's clock keeps each element's deadline.
+
+Version 2 added the ``("status", idle)`` items (a watermark status queued behind the records
+before it) and the window's ``"closed_sessions"`` (sessions already emitted and cleaned up, which a
+late record must not open again). A state of version 1 holds neither, and restores as it is: its
+statuses had left already, and it remembers no closed session. A release that restores version 1
+only refuses version 2, which it would misread.
 
 Checkpoints written before the package was renamed to ``actorflow`` are pickles of classes of
 the top-level packages ``operators``, ``actors``, ``cluster`` and ``spark_bridge``. Unpickling
@@ -49,6 +57,7 @@ from typing import Any
 from .errors import StateFormatError
 
 __all__ = [
+    "RESTORED_VERSIONS",
     "STATE_FORMAT_VERSION",
     "check_state",
     "is_plain",
@@ -59,9 +68,12 @@ __all__ = [
     "window_of",
 ]
 
-#: The state format this release writes and restores. Raise it with any change of the structures
-#: above, and say in this module what a restore does with the previous version.
-STATE_FORMAT_VERSION = 1
+#: The state format this release writes. Raise it with any change of the structures above, and
+#: say in this module what a restore does with the previous version.
+STATE_FORMAT_VERSION = 2
+#: The versions this release restores.
+RESTORED_VERSIONS = (1, 2)
+_RESTORED = " and ".join(str(v) for v in RESTORED_VERSIONS)
 
 #: The top-level packages of actorflow before the rename; a checkpoint referring to them is refused.
 PRE_RENAME_PACKAGES = frozenset({"operators", "actors", "cluster", "spark_bridge"})
@@ -73,29 +85,29 @@ def versioned(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     """``body`` with the format's kind and version, as a snapshot holds it.
 
     >>> versioned("window", {"watermark": 5})
-    {'format': 'window', 'version': 1, 'watermark': 5}
+    {'format': 'window', 'version': 2, 'watermark': 5}
     """
     return {"format": kind, "version": STATE_FORMAT_VERSION, **body}
 
 
 def check_state(kind: str, state: Any) -> dict[str, Any]:
-    """``state`` if it is a ``kind`` operator's state of this release's format version; else
-    ``StateFormatError`` naming what was expected and what was got (nothing is restored).
+    """``state`` if it is a ``kind`` operator's state of a format version this release restores;
+    else ``StateFormatError`` naming what was expected and what was got (nothing is restored).
 
-    >>> check_state("window", {"format": "window", "version": 2})
+    >>> check_state("window", {"format": "window", "version": 3})
     Traceback (most recent call last):
     ...
-    actorflow.operators.errors.StateFormatError: window operator state has format version 2, but this actorflow restores state format version 1 only
+    actorflow.operators.errors.StateFormatError: window operator state has format version 3, but this actorflow restores state format versions 1 and 2 only
     """
     if not isinstance(state, dict) or "version" not in state:
         raise StateFormatError(
             f"{kind} operator state has no format version (a {type(state).__name__}, written before the versioned "
-            f"state format); this actorflow restores state format version {STATE_FORMAT_VERSION} only"
+            f"state format); this actorflow restores state format versions {_RESTORED} only"
         )
-    if state["version"] != STATE_FORMAT_VERSION:
+    if state["version"] not in RESTORED_VERSIONS:
         raise StateFormatError(
             f"{kind} operator state has format version {state['version']!r}, but this actorflow restores "
-            f"state format version {STATE_FORMAT_VERSION} only"
+            f"state format versions {_RESTORED} only"
         )
     if state.get("format") != kind:
         raise StateFormatError(f"the state of a {kind} operator was expected, got the state of a {state.get('format')!r} operator")

@@ -35,7 +35,7 @@ def test_snapshot_holds_in_flight_completed_unemitted_and_watermarks_in_order():
     state = pickle.loads(h.snapshot()).chain[0]
     assert state == {
         "format": "async_wait",
-        "version": 1,
+        "version": 2,
         "items": [
             ("record", "a", 1, 1, 600, None, None, "test/operator[0/1]/#0"),
             ("record", "b", 2, 1, 600, None, None, "test/operator[0/1]/#1"),  # its input is kept, and it will run again

@@ -1,5 +1,5 @@
-"""The versioned state format (operators/state.py): plain data, a version checked at restore, a
-checked-in checkpoint of format 1 that this release restores, and pre-rename pickles refused."""
+"""The versioned state format (operators/state.py): plain data, a version checked at restore,
+checked-in checkpoints of formats 1 and 2 that this release restores, and pre-rename pickles refused."""
 
 from __future__ import annotations
 
@@ -9,19 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from actorflow.operators import OperatorHarness, Record, Watermark
+from actorflow.operators import OperatorHarness, Record, Watermark, WatermarkStatus
 from actorflow.operators.errors import AsyncTimeoutError, StateFormatError
-from actorflow.operators.state import STATE_FORMAT_VERSION, is_plain, load_checkpoint
+from actorflow.operators.state import RESTORED_VERSIONS, STATE_FORMAT_VERSION, is_plain, load_checkpoint
 from actorflow.operators.windows import CountEvictor, TumblingEventTimeWindows, WindowOperator
 
-from .fixtures.make_state_fixture import FIXTURE, make_chain, run_until_the_snapshot
+from .fixtures.make_state_fixture import FIXTURE, FIXTURES, make_chain, run_until_the_snapshot
 from .fixtures.pre_rename import PRE_RENAME, pre_rename_pickle
 from .scripted import Scripted
 
 
-def restored_fixture(fn: Scripted) -> OperatorHarness:
+LATEST = FIXTURES[STATE_FORMAT_VERSION]
+
+
+def restored_fixture(fn: Scripted, fixture: Path = FIXTURE) -> OperatorHarness:
     h = OperatorHarness(make_chain(fn), start_ms=10_000)
-    h.restore(FIXTURE.read_bytes())
+    h.restore(fixture.read_bytes())
     h.open()
     return h
 
@@ -55,10 +58,39 @@ def test_the_fixture_keeps_the_attempt_count_and_the_deadline():
         h.set_processing_time(10_700)
 
 
-def test_the_fixture_is_what_the_fixture_script_makes_today():
+def _continue(fn: Scripted, h: OperatorHarness) -> list[object]:
+    """What follows the version 2 fixture's snapshot: every request completes (the status leaves
+    behind them), a record of "c" would open its closed session again, and the watermark ends the
+    sessions. (The fixture holds the chain's state only: the task's valve starts afresh.)"""
+    for value in ({"k": "a", "v": 3}, {"k": "b", "v": 4}, {"k": "a", "v": 7}):
+        fn.complete(value)
+    h.run_until_idle()
+    h.process_element({"k": "c", "v": 1}, timestamp_ms=-30)
+    fn.complete({"k": "c", "v": 1})
+    h.run_until_idle()
+    h.process_watermark(200)
+    return h.output
+
+
+def test_the_format_2_fixture_restores_its_queued_status_and_its_closed_session():
+    fn = Scripted()
+    h = restored_fixture(fn, FIXTURES[2])
+    assert [v for v, _ in fn.calls] == [{"k": "a", "v": 3}, {"k": "b", "v": 4}, {"k": "a", "v": 7}]
+    # The status leaves behind the three records it queued behind; the record of "c" at -30 meets
+    # the session [-60, -10) emitted and cleaned up before the snapshot: late, not a second session.
+    assert _continue(fn, h) == [
+        WatermarkStatus(idle=True),
+        Record({"k": "b", "window_start": 20, "window_end": 110, "result": 9}, 109),
+        Record({"k": "a", "window_start": 10, "window_end": 150, "result": 13}, 149),
+        Watermark(200),
+    ]
+    assert h.chain.operators[1].metrics.late_records_dropped == 1
+
+
+def test_the_latest_fixture_is_what_the_fixture_script_makes_today():
     # A change of format that forgets to raise the version fails here, not in a user's restore.
-    h = run_until_the_snapshot(Scripted())
-    assert pickle.loads(FIXTURE.read_bytes()) == h.chain.snapshot_state()
+    h = run_until_the_snapshot(Scripted(), STATE_FORMAT_VERSION)
+    assert pickle.loads(LATEST.read_bytes()) == h.chain.snapshot_state()
 
 
 def snapshots_of_every_kind() -> list[object]:
@@ -67,7 +99,7 @@ def snapshots_of_every_kind() -> list[object]:
     ])
     for ts in (1, 2, 3):
         h.process_element({"k": "a", "v": ts}, timestamp_ms=ts)
-    return [*pickle.loads(FIXTURE.read_bytes()), *h.chain.snapshot_state()]
+    return [*pickle.loads(LATEST.read_bytes()), *h.chain.snapshot_state()]
 
 
 @pytest.mark.parametrize("index", range(3))
@@ -84,12 +116,12 @@ def test_the_walk_finds_a_class_of_ours():
 @pytest.mark.parametrize("index, kind", [(0, "async_wait"), (1, "window")])
 def test_another_version_is_refused_naming_both_versions(index, kind):
     chain = pickle.loads(FIXTURE.read_bytes())
-    chain[index] = {**chain[index], "version": 2}
+    chain[index] = {**chain[index], "version": 3}
     h = OperatorHarness(make_chain(Scripted()))
     h.restore(pickle.dumps(chain))
     with pytest.raises(StateFormatError) as info:
         h.open()
-    assert str(info.value) == f"{kind} operator state has format version 2, but this actorflow restores state format version 1 only"
+    assert str(info.value) == f"{kind} operator state has format version 3, but this actorflow restores state format versions 1 and 2 only"
 
 
 def test_an_unversioned_window_state_the_pickle_of_earlier_releases_is_refused():
@@ -119,12 +151,17 @@ def test_a_pre_rename_checkpoint_is_refused_in_one_line_without_importing_a_user
     sys.modules.pop("operators", None)
 
 
-def test_a_checkpoint_of_this_release_loads():
-    assert load_checkpoint(FIXTURE.read_bytes()) == pickle.loads(FIXTURE.read_bytes())
+@pytest.mark.parametrize("version", RESTORED_VERSIONS)
+def test_a_checkpoint_of_each_restored_version_loads(version):
+    fixture = FIXTURES[version]
+    assert load_checkpoint(fixture.read_bytes()) == pickle.loads(fixture.read_bytes())
+    assert {state["version"] for state in pickle.loads(fixture.read_bytes())} == {version}
 
 
-def test_the_fixture_file_is_checked_in_next_to_its_script():
-    assert FIXTURE == Path(__file__).parent / "fixtures" / "state_v1.pickle" and FIXTURE.stat().st_size > 0
+def test_each_restored_version_has_its_fixture_checked_in_next_to_its_script():
+    assert sorted(FIXTURES) == list(RESTORED_VERSIONS) and STATE_FORMAT_VERSION == max(RESTORED_VERSIONS)
+    for version, fixture in FIXTURES.items():
+        assert fixture == Path(__file__).parent / "fixtures" / f"state_v{version}.pickle" and fixture.stat().st_size > 0
 
 
 def test_the_state_modules_examples_hold():
