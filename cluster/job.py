@@ -217,6 +217,7 @@ def _run_recoverable(
                 result.restarts, result.recoveries_s, result.failures = number, recoveries_s, failures
                 result.checkpoints = ray.get(coordinator.figures.remote())
                 result.progress_samples = samples + result.progress_samples
+                _finish_checkpoints(checkpoints.storage, config)
                 return result
             except (_AttemptFailed, RayError) as failure:
                 error = failure.error if isinstance(failure, _AttemptFailed) else failure
@@ -273,25 +274,75 @@ def _restore_point(job: str, coordinator: Any, attempt: int) -> int | None:
 def _open_checkpoints(job: str, config: CheckpointConfig) -> tuple[JobCheckpoints, int]:
     """The job's checkpoint storage, and the first checkpoint id of this run.
 
-    A fresh run starts the job's directory afresh; ``resume_from`` keeps it, and carries on
-    from its latest complete checkpoint with ids above every id it holds.
+    ``resume_from`` keeps the job's directory, and carries on from its latest complete
+    checkpoint with ids above every id it holds. A fresh run starts the directory afresh, but
+    only when no earlier run could be resumed from it: one that ended well (its output was
+    delivered), or one that left no complete checkpoint. The checkpoints of a run that failed,
+    was interrupted, or still runs are refused, never deleted: re-running a script that crashed
+    would otherwise throw away the state it could go on from. Refusing, rather than keeping them
+    beside the new ones, keeps one run per job directory, so that ``resume_from`` always means
+    the one it names; the error says how to resume, or that removing the directory starts afresh.
     """
     if config.resume_from is not None:
         path = config.resume_from.rstrip("/")
         root, _, name = path.rpartition("/")
+        storage = CheckpointStorage(root, job=name, filesystem=config.filesystem)
+        if not storage.checkpoint_ids(complete_only=False):
+            jobs = _jobs_with_checkpoints(storage.filesystem, storage.directory)
+            if jobs:  # the checkpoint directory itself, not one of its jobs'
+                hint = f"resume_from={path + '/' + (job if job in jobs else jobs[0])!r}"
+                raise ConfigurationError(
+                    f"resume_from={config.resume_from!r} is a checkpoint directory of the jobs {jobs}, not one "
+                    f"job's; pass the directory of the job to resume, such as {hint}")
         if name != job:
             raise ConfigurationError(
                 f"resume_from={config.resume_from!r} holds the checkpoints of job {name!r}, not of {job!r}; "
                 f"pass job_name={name!r}")
-        storage = CheckpointStorage(root, job=job, filesystem=config.filesystem)
         if storage.latest() is None:
             raise CheckpointError(f"resume_from={config.resume_from!r} holds no complete checkpoint of job {job!r}")
+        storage.unmark_finished()
         ids = storage.checkpoint_ids(complete_only=False)
         return JobCheckpoints(storage), max(ids) + 1
     directory = config.directory or default_checkpoint_directory()
     storage = CheckpointStorage(directory, job=job, filesystem=config.filesystem)
-    storage.filesystem.delete_dir_contents(storage.directory, missing_dir_ok=True)
+    earlier = storage.unfinished_run()
+    if earlier is not None:
+        where = f"{directory.rstrip('/')}/{job}"
+        raise CheckpointError(
+            f"job {job!r} has the checkpoints of an earlier run that did not finish in {where!r} (the latest "
+            f"complete one: chk-{earlier.checkpoint_id}); go on from it with resume_from={where!r}, or remove "
+            "that directory (or name the job otherwise) to start afresh")
+    storage.clear()
     return JobCheckpoints(storage), 1
+
+
+def _finish_checkpoints(storage: CheckpointStorage, config: CheckpointConfig) -> None:
+    """A job that ended well removes its own checkpoints (see ``_own_checkpoints``), or marks
+    them finished, so that its next fresh run may start over them."""
+    if _own_checkpoints(config):
+        storage.filesystem.delete_dir(storage.directory)
+    else:
+        storage.mark_finished()
+
+
+def _jobs_with_checkpoints(filesystem: Any, directory: str) -> list[str]:
+    """The jobs under ``directory`` that hold a checkpoint: it is then a checkpoint root."""
+    import pyarrow.fs as pafs
+
+    infos = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+    names = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
+    return sorted(n for n in names if CheckpointStorage(directory, job=n, filesystem=filesystem).checkpoint_ids())
+
+
+def _own_checkpoints(config: CheckpointConfig) -> bool:
+    """Whether the job's checkpoints are its own to remove when it ends well: those a fresh run
+    puts in the temporary directory because no one named a place (no ``checkpoint_dir``, no
+    ``$ACTORFLOW_CHECKPOINT_DIR``), as ``enrich()``'s automatic ones do. Left there, each large
+    run would leave its checkpoints behind (165 MB for 1M rows) for no one to resume from; a
+    named place is a request to keep them. A run that fails keeps them either way, to resume.
+    """
+    return (config.resume_from is None and config.directory is None and config.filesystem is None
+            and not os.environ.get("ACTORFLOW_CHECKPOINT_DIR"))
 
 
 def default_checkpoint_directory() -> str:

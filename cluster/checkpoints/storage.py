@@ -9,12 +9,14 @@ Layout, under the storage's root::
     <job>/chk-<id>/<task>.state       one file per task (operator instance, source reader); the
                                       task's name percent-encoded ("enrich[0/2]" -> "enrich[0%2F2]")
     <job>/chk-<id>/_metadata          JSON, written last: the checkpoint is complete iff it exists
+    <job>/_finished                   JSON: the run that wrote the checkpoints ended well
 
 Every file is written under a temporary name and moved into place, so a reader never sees half a
 file, and a checkpoint whose writer died before ``_metadata`` is incomplete: ``latest()`` skips
 it, and ``discard_incomplete()`` (called when a job starts from the directory) removes it.
 ``abort()`` removes an incomplete checkpoint's files at once; ``retain(n)`` keeps the newest ``n``
-complete ones. A writer of a failed attempt may still add a file while an incomplete checkpoint
+complete ones. ``mark_finished()`` notes that the run ended well; ``unfinished_run()`` finds the
+checkpoints of one that did not, which a fresh run must not throw away. A writer of a failed attempt may still add a file while an incomplete checkpoint
 is removed: the removal tries again, and else leaves it for the next ``discard_incomplete()``.
 
 Example::
@@ -48,6 +50,7 @@ from actorflow.operators.state import refuse_pre_rename
 __all__ = ["CheckpointError", "CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint"]
 
 _METADATA = "_metadata"
+_FINISHED = "_finished"
 _CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 _DELETE_TRIES = 5  # for an incomplete checkpoint's directory, which a late writer may refill
 
@@ -140,6 +143,32 @@ class CheckpointStorage:
         complete = set(self.checkpoint_ids())
         stale = [i for i in self.checkpoint_ids(complete_only=False) if i not in complete]
         return [checkpoint_id for checkpoint_id in stale if self._remove_incomplete(checkpoint_id)]
+
+    def mark_finished(self) -> None:
+        """Note that the run writing these checkpoints ended well (its output is delivered)."""
+        record = {"finished_at_ms": int(time.time() * 1000), "latest": self.checkpoint_ids()[-1:] or None}
+        self._write_atomically(f"{self.directory}/{_FINISHED}", json.dumps(record).encode())
+
+    def unmark_finished(self) -> None:
+        """A run starts from these checkpoints: until it ends well, they are an unfinished run's."""
+        if self._finished():
+            self.filesystem.delete_file(f"{self.directory}/{_FINISHED}")
+
+    def unfinished_run(self) -> "CompletedCheckpoint | None":
+        """The latest complete checkpoint of a run that did not end well (it failed, was
+        interrupted, or still runs), which one can resume from; None if there is none.
+
+        A run that ended well leaves nothing to resume: its checkpoints could only produce again
+        the end of an output it delivered.
+        """
+        return None if self._finished() else self.latest()
+
+    def clear(self) -> None:
+        """Remove every checkpoint, the output and the finished mark: a run starts afresh."""
+        self.filesystem.delete_dir_contents(self.directory, missing_dir_ok=True)
+
+    def _finished(self) -> bool:
+        return self.filesystem.get_file_info(f"{self.directory}/{_FINISHED}").type == pafs.FileType.File
 
     def _remove_incomplete(self, checkpoint_id: int) -> bool:
         """Remove an incomplete checkpoint's directory; False if it stays.

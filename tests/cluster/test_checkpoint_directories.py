@@ -1,0 +1,102 @@
+"""What a job does with the checkpoint directory of its name: a fresh run never deletes the
+checkpoints an earlier run could be resumed from, and checkpoints no one asked to keep (in the
+temporary directory by default) go when the job ends well."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from actorflow.cluster import from_arrow
+from actorflow.cluster.checkpoints.storage import CheckpointError
+from actorflow.operators import ConfigurationError, JobFailedError
+
+pytestmark = pytest.mark.ray
+
+N = 3_000
+
+
+async def _tag(row: dict[str, Any]) -> list[dict[str, Any]]:
+    await asyncio.sleep(0.002)
+    return [{**row, "tag": row["user"] * 2}]
+
+
+async def _breaks_late(row: dict[str, Any]) -> list[dict[str, Any]]:
+    await asyncio.sleep(0.002)
+    if row["user"] >= 2_000:
+        raise RuntimeError(f"bad deploy at user {row['user']}")
+    return [{**row, "tag": row["user"] * 2}]
+
+
+def _stream(job: str | None, fn: Any = _tag) -> Any:
+    table = pa.table({"user": list(range(N))})
+    return from_arrow([table.slice(i, 500) for i in range(0, N, 500)], parallelism=1, batch_size=50,
+                      job_name=job).async_map(fn, capacity=4, name="tag")
+
+
+def _failed_run(job: str, directory: str) -> None:
+    with pytest.raises(JobFailedError, match="bad deploy"):
+        _stream(job, _breaks_late).execute(progress=False, checkpoint_interval_ms=100, checkpoint_dir=directory)
+
+
+def test_a_fresh_run_refuses_to_delete_the_checkpoints_of_a_run_that_failed(ray_session, tmp_path):
+    _failed_run("crashed", str(tmp_path))
+    left = sorted(p.parent.name for p in (tmp_path / "crashed").glob("chk-*/_metadata"))
+    assert left, "the failed run left no complete checkpoint"
+
+    with pytest.raises(CheckpointError) as refused:
+        _stream("crashed").execute(progress=False, checkpoint_interval_ms=100, checkpoint_dir=str(tmp_path))
+
+    where = f"{tmp_path}/crashed"
+    assert str(refused.value) == (
+        f"job 'crashed' has the checkpoints of an earlier run that did not finish in {where!r} (the latest complete "
+        f"one: {left[-1]}); go on from it with resume_from={where!r}, or remove that directory (or name the job "
+        "otherwise) to start afresh")
+    assert sorted(p.parent.name for p in (tmp_path / "crashed").glob("chk-*/_metadata")) == left
+    # The hint works as given.
+    resumed = _stream(None).execute(progress=False, resume_from=where)
+    assert sorted(resumed.to_arrow().column("user").to_pylist()) == list(range(N))
+
+
+def test_a_fresh_run_starts_over_the_checkpoints_of_a_run_that_ended_well(ray_session, tmp_path):
+    first = _stream("twice").execute(progress=False, checkpoint_interval_ms=100, checkpoint_dir=str(tmp_path))
+    assert first.checkpoints["completed"], "the first run took no checkpoint"
+    assert list((tmp_path / "twice").glob("chk-*/_metadata"))  # kept: the place was named
+
+    second = _stream("twice").execute(progress=False, checkpoint_interval_ms=100, checkpoint_dir=str(tmp_path))
+    assert second.output_rows == N and min(second.checkpoints["completed"]) == 1
+
+
+def test_resume_from_the_checkpoint_root_names_the_job_directory(ray_session, tmp_path):
+    _failed_run("rooted", str(tmp_path))
+    with pytest.raises(ConfigurationError) as refused:
+        _stream(None).execute(progress=False, resume_from=str(tmp_path))
+    assert str(refused.value) == (
+        f"resume_from={str(tmp_path)!r} is a checkpoint directory of the jobs ['rooted'], not one job's; pass the "
+        f"directory of the job to resume, such as resume_from={str(tmp_path / 'rooted')!r}")
+
+
+@pytest.fixture
+def temporary_directory(tmp_path, monkeypatch):
+    """The temporary directory, where checkpoints go when no one names a place, made the test's own."""
+    monkeypatch.delenv("ACTORFLOW_CHECKPOINT_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_checkpoints_in_the_temporary_directory_go_when_the_job_ends_well(ray_session, temporary_directory):
+    result = _stream(None).execute(progress=False, checkpoint_interval_ms=100)
+    assert result.checkpoints["completed"], "the run took no checkpoint"
+    assert result.output_rows == N
+    assert list((temporary_directory / "actorflow-checkpoints").iterdir()) == []
+
+
+def test_checkpoints_in_the_temporary_directory_stay_when_the_job_fails(ray_session, temporary_directory):
+    with pytest.raises(JobFailedError, match="bad deploy"):
+        _stream(None, _breaks_late).execute(progress=False, checkpoint_interval_ms=100)
+    (job,) = (temporary_directory / "actorflow-checkpoints").iterdir()
+    assert job.name.startswith("job-") and list(job.glob("chk-*/_metadata"))
