@@ -35,7 +35,7 @@ from .job_graph import JobGraph, OperatorNode, SourceNode
 from .windowed import KeyedStream
 from .warm_workers import prestart_workers, top_up_task_workers
 
-__all__ = ["DataStream", "from_arrow", "from_blocks"]
+__all__ = ["DataStream", "check_int", "from_arrow", "from_blocks"]
 
 S = TypeVar("S", bound="DataStream")
 
@@ -52,10 +52,8 @@ class DataStream:
         return type(self)(self._graph.with_node(node), job_name=self.job_name, default_parallelism=self._default_parallelism)
 
     def _parallelism(self, parallelism: int | None) -> int:
-        p = self._last_parallelism() if parallelism is None else parallelism
-        if not isinstance(p, int) or p < 1:
-            raise ConfigurationError(f"parallelism must be an int >= 1, got {parallelism!r}")
-        return p
+        check_int("parallelism", parallelism, 1, optional=True, expected="an int >= 1")
+        return self._last_parallelism() if parallelism is None else parallelism
 
     def _last_parallelism(self) -> int:
         return self._graph.nodes[-1].parallelism if self._graph.nodes else self._graph.source.parallelism
@@ -110,6 +108,10 @@ class DataStream:
         kind = _function_kind(fn)
         mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
         # Validate now (at construction), not in the actor at the first record.
+        check_int("capacity", capacity, 1)
+        check_int("timeout_ms", timeout_ms, 1, optional=True)
+        check_int("queue_capacity", queue_capacity, capacity, optional=True, minimum_is="capacity")
+        check_int("max_tasks", max_tasks, 1)
         AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                           on_error=on_error, queue_capacity=queue_capacity, copy_inputs=copy_inputs,
                           object_reuse=object_reuse)
@@ -175,6 +177,11 @@ class DataStream:
         kind = batch_function_kind(fn)
         mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
         # Validate now (at construction), not in the actor at the first record.
+        check_int("batch_size", batch_size, 1)
+        check_int("batch_timeout_ms", batch_timeout_ms, 1, optional=True)
+        check_int("capacity (batches in flight)", capacity, 1, expected="> 0")
+        check_int("timeout_ms", timeout_ms, 1, optional=True)
+        check_int("queue_capacity", queue_capacity, batch_size, optional=True, minimum_is="batch_size")
         AsyncBatchWaitOperator(AsyncBatchFunction(), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode,
                                capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
                                queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse)
@@ -279,6 +286,28 @@ def _named_fallback(fallback: Callable[[Any], Sequence[Any]]) -> Callable[[Any],
     return call
 
 
+def check_int(name: str, value: Any, minimum: int, *, optional: bool = False, minimum_is: str = "",
+              expected: str = "") -> None:
+    """Refuse a numeric argument that is not an int of at least ``minimum`` (or None, if
+    ``optional``), naming it: ``capacity="10"`` would otherwise fail later as a bare TypeError,
+    and ``True`` is an int to Python but never a count the user meant.
+
+    >>> check_int("capacity", "10", 1)
+    Traceback (most recent call last):
+    ...
+    actorflow.operators.errors.ConfigurationError: capacity must be an int > 0, got '10' (a str)
+    """
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if not expected:
+            expected = (f"an int >= {minimum_is} ({minimum})" if minimum_is
+                        else "an int > 0" if minimum == 1 else f"an int >= {minimum}")
+            expected += " or None" if optional and not minimum_is else ""
+        kind = "" if type(value) is int else f" (a {type(value).__name__})"
+        raise ConfigurationError(f"{name} must be {expected}, got {value!r}{kind}")
+
+
 def _check_callable(fn: Any, what: str) -> None:
     if not callable(fn):
         raise ConfigurationError(f"{what}() needs a callable, got {type(fn).__name__}")
@@ -315,10 +344,8 @@ def from_blocks(
     """
     if len(blocks) != len(block_rows):
         raise ConfigurationError(f"got {len(blocks)} blocks but {len(block_rows)} row counts")
-    if not isinstance(parallelism, int) or parallelism < 1:
-        raise ConfigurationError(f"parallelism must be an int >= 1, got {parallelism!r}")
-    if batch_size < 1:
-        raise ConfigurationError(f"batch_size must be >= 1, got {batch_size}")
+    check_int("parallelism", parallelism, 1, expected="an int >= 1")
+    check_int("batch_size", batch_size, 1)
     check_event_time_settings(out_of_orderness_ms, idleness_ms)
     source = SourceNode(blocks, block_rows, parallelism, timestamp_column, out_of_orderness_ms, batch_size,
                         schema=schema, idleness_ms=idleness_ms)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 import pyarrow as pa
 
+from actorflow.cluster.datastream import check_int
 from actorflow.operators.arrow_batch import ArrowBatchFunction
 from actorflow.operators.async_attempt import CopyInputs
 from actorflow.operators.async_function import CoroutineFunction, awaitable_hint, reject_async_generator
@@ -96,6 +97,8 @@ def enrich(
         raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
     reject_async_generator(fn, describe_value(fn), "an async def or a plain function that returns a dict of new columns"
                            if batch_size is None else "one that returns a list of one dict per row")
+    _check_numbers(capacity=capacity, timeout_ms=timeout_ms, parallelism=parallelism, queue_capacity=queue_capacity,
+                   batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, checkpoint_interval_ms=checkpoint_interval_ms)
     wrapped = _merge_rows(cast(Callable[[dict[str, Any]], Any], fn))
     fallback_fn = None
     if fallback is not None:
@@ -221,6 +224,27 @@ def default_queue_capacity(capacity: int, ordered: bool) -> int:
     if not ordered:
         return capacity  # completion order: nothing waits behind a slow request
     return max(capacity, min(capacity * _QUEUE_PER_SLOT, _QUEUE_MAX_ROWS))
+
+
+def _check_numbers(*, capacity: Any, timeout_ms: Any, parallelism: Any, queue_capacity: Any, batch_size: Any,
+                   batch_timeout_ms: Any, checkpoint_interval_ms: Any) -> None:
+    """``enrich()``'s numbers, each refused by name before any of them is used: the default queue
+    depth computed from a ``capacity="10"`` would otherwise fail as a bare TypeError."""
+    check_int("batch_size", batch_size, 1, optional=True)
+    if batch_size is None:
+        check_int("capacity", capacity, 1)
+    else:
+        check_int("capacity (batches in flight)", capacity, 1, expected="> 0")
+    check_int("timeout_ms", timeout_ms, 1, optional=True)
+    check_int("parallelism", parallelism, 1, optional=True, expected="an int >= 1 (or None for one per core, up to 4)")
+    check_int("batch_timeout_ms", batch_timeout_ms, 1, optional=True)
+    if batch_size is None:
+        check_int("queue_capacity", queue_capacity, capacity, optional=True, minimum_is="capacity")
+    else:
+        check_int("queue_capacity", queue_capacity, batch_size, optional=True, minimum_is="batch_size")
+    if checkpoint_interval_ms != "auto":
+        check_int("checkpoint_interval_ms", checkpoint_interval_ms, 10, expected="an int >= 10, None or 'auto'",
+                  optional=True)
 
 
 def _check_dict(result: Any, row: dict[str, Any], what: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import ray
 
 from actorflow.actors.source_actor import event_time_ms
-from actorflow.cluster.datastream import DataStream, check_event_time_settings
+from actorflow.cluster.datastream import DataStream, check_event_time_settings, check_int
 from actorflow.cluster.job import CheckpointConfig, JobResult, run_job
 from actorflow.cluster.job_graph import JobGraph, SourceNode
 from actorflow.cluster.warm_workers import prestart_task_workers, prestart_workers
@@ -276,8 +276,8 @@ def from_spark(
     ``df`` into Ray's object store while it starts its actors, and later runs of the same stream
     read that snapshot. The snapshot is freed with the last stream built on it.
     """
-    if parallelism is not None and (not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1):
-        raise ConfigurationError(f"parallelism must be an int >= 1 (or None for one per core, up to 4), got {parallelism!r}")
+    check_int("parallelism", parallelism, 1, optional=True, expected="an int >= 1 (or None for one per core, up to 4)")
+    check_int("batch_size", batch_size, 1)
     check_event_time_settings(out_of_orderness_ms, idleness_ms)
     ensure_ray()
     check_dataframe(df)
