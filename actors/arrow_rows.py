@@ -255,6 +255,15 @@ class SchemaTracker:
                     f"{len(values)} records are empty dicts, and no record of their batch has a column; "
                     "a row needs at least one column"
                 )
+        # Arrow would refuse a name of another type with "expected bytes, int found", naming
+        # neither the name nor a row.
+        bad = [name for name in gathered if not isinstance(name, str)]
+        if bad:
+            row = next((v for v in values if isinstance(v, dict) and bad[0] in v), None)
+            raise SchemaError(
+                f"column name {describe_value(bad[0])} ({type(bad[0]).__name__}) is not a str, in row "
+                f"{describe_value(row)}; a column name must be a str"
+            )
         return pa.table({name: self._column(name, column, values) for name, column in gathered.items()})
 
     def table_of_arrow(self, table: pa.Table) -> pa.Table:

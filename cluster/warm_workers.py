@@ -307,7 +307,7 @@ def _idle_workers(job: str) -> Iterator[_Worker]:
     """The Python workers of Ray job ``job`` on this machine that are idle or still starting."""
     from actorflow.actors.task_function import worker_mark
 
-    for worker in ray_upstream.job_workers(job):
+    for worker in ray_upstream.job_workers(job, _node_id()):
         if ray_upstream.idle_or_starting(worker.cmdline):
             yield _Worker(worker.cmdline, worker.env, worker_mark(worker.pid, worker.created), worker.created)
 
@@ -358,7 +358,12 @@ def _request_chunks(address: str, job_id: bytes, env: str, count: int) -> None:
 
 def _starting_workers(job: str) -> int:
     """Python worker processes of Ray job ``job`` on this machine that are not up yet."""
-    return sum(1 for worker in ray_upstream.job_workers(job) if ray_upstream.starting_script(worker.cmdline) is not None)
+    return sum(1 for worker in ray_upstream.job_workers(job, _node_id()) if ray_upstream.starting_script(worker.cmdline) is not None)
+
+
+def _node_id() -> str | None:
+    """This driver's node, whose raylet's workers are the ones to count; None without Ray."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def _failed(error: Exception) -> None:

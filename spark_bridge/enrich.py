@@ -103,6 +103,11 @@ def enrich(
     fallback_fn = None
     if fallback is not None:
         if isinstance(fallback, dict):
+            if any(not isinstance(key, str) for key in fallback):
+                key = next(key for key in fallback if not isinstance(key, str))
+                raise ConfigurationError(
+                    f"the fallback's column names must be str, got {describe_value(key)} ({type(key).__name__}) "
+                    f"in {describe_value(fallback)}")
             extra = dict(fallback)
             fallback_fn = lambda row: [{**row, **extra}]  # noqa: E731
         elif callable(fallback):
@@ -254,6 +259,7 @@ def _check_dict(result: Any, row: dict[str, Any], what: str) -> dict[str, Any]:
             f"{describe_value(result)} for row {describe_value(row)}{awaitable_hint(result)}",
             value=row,
         )
+    _check_names(result, row, what)
     return result
 
 
@@ -286,7 +292,24 @@ def _merge_batches(fn: Any) -> Any:
 def _merge_row(row: dict[str, Any], result: Any) -> list[dict[str, Any]]:
     if not isinstance(result, dict):  # checked here, not by a call per row: _check_dict raises
         _check_dict(result, row, "enrich")
-    return [{**row, **result}]
+    try:
+        # dict(**) refuses a key that is not a str, in C: a column name of another type would
+        # fail the whole job later, in Arrow, naming neither the row nor the key.
+        return [dict(row, **result)]
+    except TypeError:
+        _check_names(result, row, "enrich")
+        raise
+
+
+def _check_names(result: dict[Any, Any], row: dict[str, Any], what: str) -> None:
+    for key in result:
+        if not isinstance(key, str):
+            raise ResultTypeError(
+                f"the {what} function returned a column name that is not a str: {describe_value(key)} "
+                f"({type(key).__name__}) in {describe_value(result)} for row {describe_value(row)}; "
+                "a column name must be a str",
+                value=row,
+            )
 
 
 def _merge_rows(fn: Callable[[dict[str, Any]], Any]) -> Any:

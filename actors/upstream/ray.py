@@ -24,12 +24,15 @@ private modules; ``tests/actors/test_upstream.py`` holds a canary for each.
   Ray's State API at that moment shares part of their import chain, and two threads in one chain
   can meet a half-initialised module ("cannot import name 'DictCount' ... partially initialized").
 - Private reads without a switch (actorflow needs them): ``current_runtime_env``,
-  ``owner_addresses``, ``dashboard_address``, ``DESERIALIZATION_MODULES``.
+  ``owner_addresses``, ``dashboard_address``, ``DESERIALIZATION_MODULES``, and ``raylet_pid``
+  (the raylet's ``--node_id`` flag and its workers' ``RAY_RAYLET_PID``), which tells this Ray's
+  workers from another's on the same machine: job ids repeat across Ray instances.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import os
@@ -44,7 +47,7 @@ from . import enabled, failed
 __all__ = [
     "DESERIALIZATION_MODULES", "NOISE", "RayProcess", "bind_private_methods", "current_runtime_env",
     "dashboard_address", "filter_log_echo", "idle_or_starting", "import_for_log_echo", "job_workers",
-    "owner_addresses", "request_workers", "starting_script", "stderr_of_children_filtered", "system_config",
+    "owner_addresses", "raylet_pid", "request_workers", "starting_script", "stderr_of_children_filtered", "system_config",
 ]
 
 # -- prestart_workers ---------------------------------------------------------------------------------
@@ -80,14 +83,34 @@ class RayProcess(NamedTuple):
     created: float  # when its process started, in seconds since the epoch
 
 
-def job_workers(job: str) -> Iterator[RayProcess]:
-    """Each process of Ray job ``job`` (hex) on this machine: Ray sets ``RAY_JOB_ID`` in its workers."""
+def job_workers(job: str, node_id: str | None = None) -> Iterator[RayProcess]:
+    """Each process of Ray job ``job`` (hex) on this machine: Ray sets ``RAY_JOB_ID`` in its workers.
+
+    Job ids repeat across Ray instances (each one's first driver is job ``01000000``): with
+    ``node_id`` (this driver's node), only the workers of that node's raylet, whose pid Ray sets
+    in them as ``RAY_RAYLET_PID``, and none of another Ray on the same machine.
+    """
     import psutil
 
+    raylet = None if node_id is None else raylet_pid(node_id)
     for process in psutil.process_iter(["cmdline", "environ", "create_time"]):
         cmdline, env, created = process.info["cmdline"], process.info["environ"], process.info["create_time"]
-        if cmdline and env and env.get("RAY_JOB_ID") == job:
+        if cmdline and env and env.get("RAY_JOB_ID") == job and (raylet is None or env.get("RAY_RAYLET_PID") == str(raylet)):
             yield RayProcess(process.pid, cmdline, env, created)
+
+
+@functools.cache
+def raylet_pid(node_id: str) -> int | None:
+    """The pid of node ``node_id``'s raylet on this machine (its command line names its node), or
+    None: not on this machine, or Ray no longer passes ``--node_id``."""
+    import psutil
+
+    flag = f"--node_id={node_id}"
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"]
+        if cmdline and cmdline[0].endswith("/raylet") and flag in cmdline:
+            return int(process.pid)
+    return None
 
 
 def starting_script(cmdline: list[str]) -> str | None:

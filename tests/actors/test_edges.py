@@ -191,6 +191,7 @@ _GUARD = threading.Lock()
 
 @pytest.mark.parametrize("checkpoints", [None, 60_000], ids=["plain", "checkpointed"])
 def test_a_function_that_cannot_be_pickled_fails_the_job_naming_it_and_leaves_no_actor(ray_session, tmp_path, checkpoints):
+    import ray
     from ray.util.state import list_actors
 
     def stamp(row):
@@ -213,7 +214,8 @@ def test_a_function_that_cannot_be_pickled_fails_the_job_naming_it_and_leaves_no
     assert "stamp refers to global '_GUARD', a _thread.lock: TypeError: cannot pickle '_thread.lock' object" in message
 
     def alive() -> list[str]:
-        return [a.name for a in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000)
+        return [a.name for a in list_actors(address=ray.get_runtime_context().gcs_address,
+                                            filters=[("state", "=", "ALIVE")], limit=10_000)
                 if a.name.startswith(f"{job}/")]
 
     poll(lambda: not alive(), timeout_s=30)  # the stage after it was made, then killed

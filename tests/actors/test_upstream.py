@@ -184,6 +184,24 @@ def test_the_private_reads_answer_in_a_live_driver(ray_session):
     assert ray_upstream.dashboard_address() is None or isinstance(ray_upstream.dashboard_address(), bytes)
 
 
+def test_canary_ray_raylet_names_its_node_and_its_workers_carry_its_pid(ray_session):
+    import os
+
+    import ray
+
+    @ray.remote(num_cpus=0.01)
+    def where():
+        return os.environ.get("RAY_RAYLET_PID"), os.environ.get("RAY_JOB_ID")
+
+    raylet = ray_upstream.raylet_pid(ray.get_runtime_context().get_node_id())
+    assert raylet is not None, f"ray {installed_version('ray')}: no raylet process has --node_id=<this node>"
+    pid, job = ray.get(where.remote())
+    assert pid == str(raylet) and job == ray.get_runtime_context().get_job_id(), installed_version("ray")
+    workers = list(ray_upstream.job_workers(job, ray.get_runtime_context().get_node_id()))
+    assert workers and all(w.env["RAY_RAYLET_PID"] == str(raylet) for w in workers)
+    assert ray_upstream.raylet_pid("0" * 56) is None
+
+
 def test_switch_tracing_shims_leaves_rays_wrappers_in_place(monkeypatch):
     import ray
 

@@ -28,23 +28,30 @@ def _run(job_name, **settings):
         _same, name="echo").execute(progress=False, **settings)
 
 
+def _gcs():
+    """This session's Ray: the state API would look for one and fail where others run beside it."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
 def _worker_pids():
     """Pids of live Python worker processes."""
-    workers = list_workers(filters=[("worker_type", "=", "WORKER"), ("is_alive", "=", True)], detail=True,
+    workers = list_workers(address=_gcs(), filters=[("worker_type", "=", "WORKER"), ("is_alive", "=", True)], detail=True,
                            limit=10_000)
     return {w.pid for w in workers}
 
 
 def _idle_worker_pids():
     """Pids of live Python worker processes that host no live actor (idle, or kept by Ray for tasks)."""
-    hosts = {a.pid for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True, limit=10_000)}
+    hosts = {a.pid for a in list_actors(address=_gcs(), filters=[("state", "=", "ALIVE")], detail=True, limit=10_000)}
     return _worker_pids() - hosts
 
 
 def _actors(job, attempt=""):
     """The job's two ``echo`` instances (of ``attempt``, "@1" say, after a restart)."""
     # By name: an unfiltered listing stops at 100 actors, and a long test session has more.
-    return [a for i in range(2) for a in list_actors(filters=[("name", "=", f"{job}/echo[{i}/2]{attempt}")], detail=True)]
+    return [a for i in range(2) for a in list_actors(address=_gcs(), filters=[("name", "=", f"{job}/echo[{i}/2]{attempt}")], detail=True)]
 
 
 def _ray_tasks():
@@ -70,11 +77,16 @@ def _kill_idle_workers(job, *, for_actors):
     ends its surplus; return once none is left."""
     import psutil
 
+    import ray
+
+    from actorflow.actors.upstream.ray import raylet_pid
+
     killed = set()
+    raylet = str(raylet_pid(ray.get_runtime_context().get_node_id()))  # this session's Ray, no other
     for process in psutil.process_iter(["cmdline", "environ"]):
         cmdline, env = process.info["cmdline"], process.info["environ"]
         if cmdline and env and cmdline[0].startswith("ray::IDLE") and env.get("RAY_JOB_ID") == job \
-                and (env.get("ACTORFLOW_PROCESS") == "actor") == for_actors:
+                and env.get("RAY_RAYLET_PID") == raylet and (env.get("ACTORFLOW_PROCESS") == "actor") == for_actors:
             process.kill()
             killed.add(process.pid)
     poll(lambda: _waiting(job, for_actors=for_actors) == 0 or None, timeout_s=30)
@@ -130,7 +142,7 @@ def test_after_a_job_with_checkpoints_the_next_ones_coordinator_and_actors_all_f
 
     assert run("warm-checkpointed-second").output_rows == 200
 
-    coordinator = list_actors(filters=[("name", "=", "warm-checkpointed-second/checkpoint_coordinator[0/1]")], detail=True)
+    coordinator = list_actors(address=_gcs(), filters=[("name", "=", "warm-checkpointed-second/checkpoint_coordinator[0/1]")], detail=True)
     pids = {a.pid for a in _actors("warm-checkpointed-second") + coordinator}
     assert len(pids) == 3 and pids <= idle, (pids, idle)
 

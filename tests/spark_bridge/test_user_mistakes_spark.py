@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from actorflow.operators import ConfigurationError
+from actorflow.operators import ConfigurationError, JobFailedError
 from actorflow.spark_bridge import enrich, from_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
@@ -64,6 +64,39 @@ def test_a_numeric_argument_of_a_pipeline_of_the_wrong_type_is_refused_by_name(s
 
 def _echo(value):
     return [value]
+
+
+# --------------------------------------------------------------------------- 2. column names
+
+
+def test_a_column_name_that_is_not_a_str_names_the_key_its_type_and_the_row(spark):
+    def numbered(row):
+        return {1: "x"} if row["id"] == 3 else {"x": "y"}
+
+    out, dead = enrich(_rows(spark), numbered, parallelism=1, on_error="dead_letter", progress=False)
+    assert sorted(r.id for r in out.collect()) == [0, 1, 2, 4, 5]
+    (letter,) = dead.collect()
+    assert letter.id == 3 and letter.error_type == "ResultTypeError"
+    assert "column name that is not a str: 1 (int) in {1: 'x'} for row {'id': 3, 'name': 'u1', 'amount': 30}" in letter.error
+
+    with pytest.raises(JobFailedError, match=r"column name that is not a str: 1 \(int\) in \{1: 'x'\} for row \{'id': 3"):
+        enrich(_rows(spark), numbered, parallelism=1, progress=False)
+
+
+def test_a_batch_function_or_a_fallback_with_a_column_name_that_is_not_a_str_is_named(spark):
+    def numbered(rows):
+        return [{("a", "b"): 1} for _ in rows]
+
+    with pytest.raises(JobFailedError, match=r"column name that is not a str: \('a', 'b'\) \(tuple\)"):
+        enrich(_rows(spark), numbered, batch_size=4, parallelism=1, progress=False)
+    with pytest.raises(ConfigurationError, match=r"the fallback's column names must be str, got 7 \(int\) in \{7: 'x'\}"):
+        enrich(_rows(spark), lambda row: {}, fallback={7: "x"}, progress=False)
+
+
+def test_a_pipeline_record_with_a_column_name_that_is_not_a_str_fails_naming_it_and_the_row(spark):
+    stream = from_spark(_rows(spark), parallelism=1).map(lambda row: {**row, 2.5: "x"})
+    with pytest.raises(JobFailedError, match=r"column name 2.5 \(float\) is not a str, in row \{'id': 0"):
+        stream.to_spark(progress=False)
 
 
 # --------------------------------------------------------------------------- 4, 5. window input
