@@ -119,6 +119,8 @@ class SparkDataStream(DataStream):
             return target, [ref for refs in blocks for ref in refs]
 
         self._check_ray()
+        if schema is not None:
+            check_output_names(self._spark, schema)  # before the job, when the schema is the user's
         checkpoint = CheckpointConfig(
             checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
             resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s)
@@ -145,6 +147,7 @@ class SparkDataStream(DataStream):
             prestart_workers(actors, tasks)
             prestart_task_workers()
 
+        check_output_names(self._spark, target)
         out = tables_to_dataframe(self._spark, refs, target, fill_missing=True, on_read=prestart)
         del refs
         dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
@@ -189,6 +192,28 @@ class SparkDataStream(DataStream):
                 f"no side output {tag!r}; this stream has {sorted(t for t in result.side_outputs if t != DEAD_LETTER)}"
             )
         return records_to_dataframe(self._spark, result.side_outputs[tag], self._input_schema)
+
+
+def check_output_names(spark: "SparkSession", schema: pa.Schema) -> None:
+    """Refuse a result with two columns that Spark takes for one: its names are case-insensitive
+    unless ``spark.sql.caseSensitive`` is true, and a DataFrame with ``id`` and ``ID`` then fails
+    at its first use with AMBIGUOUS_REFERENCE, far from the function that added one of them.
+
+    >>> check_output_names(spark, pa.schema([("id", pa.int64()), ("ID", pa.int64())]))   # doctest: +SKIP
+    Traceback (most recent call last):
+    SchemaError: the result has columns 'id' and 'ID', ...
+    """
+    if str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true":
+        return
+    seen: dict[str, str] = {}
+    for name in schema.names:
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise SchemaError(
+                f"the result has columns {other!r} and {name!r}, which Spark takes for one column (its names are "
+                "case-insensitive unless spark.sql.caseSensitive is true), so the DataFrame would fail at its "
+                "first use with AMBIGUOUS_REFERENCE; a name must be unique, whatever its case: rename one"
+            )
 
 
 def last_job() -> JobResult:

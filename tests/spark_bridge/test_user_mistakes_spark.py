@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from actorflow.operators import ConfigurationError, JobFailedError
+from actorflow.operators import ConfigurationError, JobFailedError, SchemaError
 from actorflow.spark_bridge import enrich, from_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
@@ -97,6 +97,25 @@ def test_a_pipeline_record_with_a_column_name_that_is_not_a_str_fails_naming_it_
     stream = from_spark(_rows(spark), parallelism=1).map(lambda row: {**row, 2.5: "x"})
     with pytest.raises(JobFailedError, match=r"column name 2.5 \(float\) is not a str, in row \{'id': 0"):
         stream.to_spark(progress=False)
+
+
+def test_a_new_column_that_differs_from_another_only_in_case_is_refused_naming_both(spark):
+    def shout(row):
+        return {"ID": row["id"] + 1}
+
+    with pytest.raises(SchemaError, match=r"the result has columns 'id' and 'ID', which Spark takes for one column"):
+        enrich(_rows(spark), shout, parallelism=1, progress=False)
+    # Declared up front, it is refused before the job.
+    with pytest.raises(SchemaError, match=r"columns 'name' and 'NAME'"):
+        enrich(_rows(spark), shout, output_schema="NAME string", parallelism=1, progress=False)
+
+    spark.conf.set("spark.sql.caseSensitive", "true")
+    try:
+        out = enrich(_rows(spark), shout, parallelism=1, progress=False)
+        assert out.columns == ["id", "name", "amount", "ID"]
+        assert sorted((r["id"], r["ID"]) for r in out.collect()) == [(i, i + 1) for i in range(6)]
+    finally:
+        spark.conf.unset("spark.sql.caseSensitive")
 
 
 # --------------------------------------------------------------------------- 4, 5. window input
