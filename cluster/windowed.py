@@ -167,3 +167,15 @@ def _check_key_columns(stream: "DataStream", key_selector: Any) -> None:
     missing = [f for f in fields if f not in schema.names]
     if missing:
         raise SchemaError(f"key_by: key column {missing[0]!r} not found; the input has columns {schema.names}")
+    for name in fields:
+        kind = schema.field(name).type
+        if pa.types.is_nested(kind):
+            # A struct, list or map is a dict or list in Python: unhashable, it would fail at the
+            # first record. Spark groups by a struct, but a key made hashable here would come back
+            # as a tuple, not as the column's type; its fields as columns keep their types.
+            hint = (f"select its fields as columns (df.select('*', '{name}.*')) and key by a tuple of them, "
+                    f"e.g. key_by({tuple(kind.field(i).name for i in range(kind.num_fields))!r})"
+                    if pa.types.is_struct(kind) else
+                    f"key by a tuple of scalar columns, or derive one from it first (e.g. F.to_json('{name}'))")
+            raise SchemaError(f"key_by: key column {name!r} is a {kind}, which cannot key a record; {hint}")
+

@@ -128,6 +128,21 @@ def _events(spark):
                                        "st struct<a:int,b:string>, tags array<int>")
 
 
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        ("st", r"key_by: key column 'st' is a struct<a: int32, b: string>, which cannot key a record; select its "
+               r"fields as columns \(df.select\('\*', 'st.\*'\)\) and key by a tuple of them, e.g. key_by\(\('a', 'b'\)\)"),
+        (("name", "tags"), r"key_by: key column 'tags' is a list<element: int32>, which cannot key a record; key by a "
+                           r"tuple of scalar columns"),
+    ],
+)
+def test_a_struct_or_array_key_column_is_refused_when_the_pipeline_is_built_with_a_hint(spark, key, message):
+    stream = from_spark(_events(spark), timestamp_column="ts", parallelism=1)
+    with pytest.raises(SchemaError, match=message):
+        stream.key_by(key)
+
+
 # --------------------------------------------------------------------------- 7. null event time
 
 
