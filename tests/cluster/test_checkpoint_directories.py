@@ -5,6 +5,7 @@ temporary directory by default) go when the job ends well."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import tempfile
 from typing import Any
 
@@ -100,3 +101,22 @@ def test_checkpoints_in_the_temporary_directory_stay_when_the_job_fails(ray_sess
         _stream(None, _breaks_late).execute(progress=False, checkpoint_interval_ms=100)
     (job,) = (temporary_directory / "actorflow-checkpoints").iterdir()
     assert job.name.startswith("job-") and list(job.glob("chk-*/_metadata"))
+
+
+def test_enrichs_automatic_checkpoints_go_when_the_job_ends_well(spark, temporary_directory, monkeypatch):
+    from actorflow.spark_bridge.streams import last_job
+
+    enrich_module = importlib.import_module("actorflow.spark_bridge.enrich")  # the package's `enrich` is the function
+
+    # A long job as enrich() sees it: any row count; a checkpoint every 100 ms.
+    monkeypatch.setattr(enrich_module, "AUTO_CHECKPOINT_ROWS", 1)
+    monkeypatch.setattr(enrich_module, "AUTO_CHECKPOINT_INTERVAL_MS", 100)
+
+    async def tag(row: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0.002)
+        return {"tag": row["id"] * 2}
+
+    out = enrich_module.enrich(spark.range(0, 2 * N, 1, 6), tag, capacity=4, parallelism=1, progress=False)
+    assert out.count() == 2 * N
+    assert last_job().checkpoints["completed"], "enrich() took no checkpoint of its own"
+    assert list((temporary_directory / "actorflow-checkpoints").iterdir()) == []
