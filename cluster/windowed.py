@@ -26,8 +26,10 @@ from actorflow.operators.errors import ConfigurationError, SchemaError
 from actorflow.operators.windows import (
     AggregateFunction,
     Aggregations,
+    BuiltinAggregate,
     Count,
     Evictor,
+    Mean,
     ProcessWindowFunction,
     Sum,
     Trigger,
@@ -148,6 +150,8 @@ class WindowedStream(Generic[D]):
         )
         key, window = self._keyed.key_selector, self._window
         WindowOperator(key, window, **settings)  # validate now, not in the actor at the first record
+        if functions.get("aggregate") is not None:
+            _check_aggregate_columns(stream, functions["aggregate"])
 
         def factory() -> WindowOperator:
             return WindowOperator(key, window, **settings)
@@ -179,3 +183,28 @@ def _check_key_columns(stream: "DataStream", key_selector: Any) -> None:
                     f"key by a tuple of scalar columns, or derive one from it first (e.g. F.to_json('{name}'))")
             raise SchemaError(f"key_by: key column {name!r} is a {kind}, which cannot key a record; {hint}")
 
+
+_NUMERIC = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
+
+
+def _check_aggregate_columns(stream: "DataStream", function: Any) -> None:
+    """An aggregation of a column the input lacks, or a sum or mean of a column that is not a
+    number, is an error when the pipeline is built: at run time it would fail on some record
+    with a bare KeyError or TypeError. The schema is known when nothing before the window
+    changes the records."""
+    schema = stream.graph.source.schema
+    if schema is None or stream.graph.nodes:
+        return
+    named = function.named.items() if isinstance(function, Aggregations) else [(None, function)]
+    for name, agg in named:
+        if not isinstance(agg, BuiltinAggregate) or agg.field is None:
+            continue
+        what = f"{agg!r}" if name is None else f"{name}={agg!r}"
+        if agg.field not in schema.names:
+            raise SchemaError(f"aggregate {what}: column {agg.field!r} not found; the input has columns {schema.names}")
+        kind = schema.field(agg.field).type
+        if isinstance(agg, (Sum, Mean)) and not any(test(kind) for test in _NUMERIC):
+            raise SchemaError(
+                f"aggregate {what}: column {agg.field!r} is a {kind}, and {agg.kind} needs numbers "
+                f"(integer, floating or decimal); the input has columns {schema.names}"
+            )

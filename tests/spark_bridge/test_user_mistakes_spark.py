@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from actorflow.operators import ConfigurationError, JobFailedError, SchemaError
+from actorflow.operators.windows import Aggregations, Count, Max, Mean, Sum, TumblingEventTimeWindows
 from actorflow.spark_bridge import enrich, from_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
@@ -126,6 +127,35 @@ def _events(spark):
              {"a": i % 2, "b": "x"}, [i % 2]) for i in range(6)]
     return spark.createDataFrame(rows, "id bigint, name string, amount bigint, ts timestamp, "
                                        "st struct<a:int,b:string>, tags array<int>")
+
+
+@pytest.mark.parametrize(
+    "aggregate, message",
+    [
+        (lambda w: w.aggregate(Aggregations(total=Sum("nope"))),
+         r"aggregate total=Sum\('nope'\): column 'nope' not found; the input has columns \['id', 'name', 'amount', 'ts'"),
+        (lambda w: w.aggregate(Sum("nope")), r"aggregate Sum\('nope'\): column 'nope' not found"),
+        (lambda w: w.sum("name"),
+         r"aggregate name=Sum\('name'\): column 'name' is a string, and sum needs numbers \(integer, floating or "
+         r"decimal\); the input has columns \['id', 'name'"),
+        (lambda w: w.aggregate(Aggregations(n=Count(), avg=Mean("ts"))),
+         r"aggregate avg=Mean\('ts'\): column 'ts' is a timestamp\[us, tz=UTC\], and mean needs numbers"),
+        (lambda w: w.aggregate(Aggregations(top=Max("nope"))), r"aggregate top=Max\('nope'\): column 'nope' not found"),
+    ],
+)
+def test_an_aggregation_of_a_missing_or_non_numeric_column_is_refused_when_the_pipeline_is_built(spark, aggregate,
+                                                                                                  message):
+    windowed = from_spark(_events(spark), timestamp_column="ts", parallelism=1).key_by("name").window(
+        TumblingEventTimeWindows.of(size_ms=60_000))
+    with pytest.raises(SchemaError, match=message):
+        aggregate(windowed)
+
+
+def test_max_of_a_string_column_is_fine_and_runs(spark):
+    out = (from_spark(_events(spark), timestamp_column="ts", parallelism=1).key_by("name")
+           .window(TumblingEventTimeWindows.of(size_ms=60_000)).aggregate(Aggregations(top=Max("name")))
+           .to_spark(progress=False))
+    assert sorted((r["name"], r.top) for r in out.collect()) == [("u0", "u0"), ("u1", "u1")]
 
 
 @pytest.mark.parametrize(
