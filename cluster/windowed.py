@@ -143,7 +143,10 @@ class WindowedStream(Generic[D]):
         source = stream.graph.source
         bounds_as_datetime = False
         if source.schema is not None and source.timestamp_column in source.schema.names:
-            bounds_as_datetime = pa.types.is_timestamp(source.schema.field(source.timestamp_column).type)
+            # As Spark's window() gives them: a date's windows are timestamps too, for a date
+            # holds no time of day and a window of hours would have none to show.
+            kind = source.schema.field(source.timestamp_column).type
+            bounds_as_datetime = pa.types.is_timestamp(kind) or pa.types.is_date(kind)
         settings = dict(
             trigger=self._trigger, evictor=self._evictor, allowed_lateness_ms=self._allowed_lateness_ms,
             late_data_tag=self._late_data_tag, name=name, bounds_as_datetime=bounds_as_datetime, **functions,

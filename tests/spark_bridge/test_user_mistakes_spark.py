@@ -173,6 +173,23 @@ def test_a_struct_or_array_key_column_is_refused_when_the_pipeline_is_built_with
         stream.key_by(key)
 
 
+# --------------------------------------------------------------------------- 6. date event time
+
+
+def test_windows_over_a_date_column_have_timestamp_bounds_as_spark_window_gives(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(i, "k", dt.date(2024, 1, 1 + i % 3)) for i in range(9)], "id bigint, k string, day date")
+    out = (from_spark(df, timestamp_column="day", parallelism=1).key_by("k")
+           .window(TumblingEventTimeWindows.of(size_ms=86_400_000)).count().to_spark(progress=False))
+    spark_bounds = df.groupBy(F.window("day", "1 day")).count().select("window.start", "window.end")
+    assert dict(out.dtypes)["window_start"] == dict(spark_bounds.dtypes)["start"] == "timestamp"
+    assert dict(out.dtypes)["window_end"] == "timestamp"
+    assert sorted((r.window_start, r.window_end) for r in out.collect()) == sorted(
+        (r.start, r.end) for r in spark_bounds.collect())
+    assert sorted(r["count"] for r in out.collect()) == [3, 3, 3]
+
+
 # --------------------------------------------------------------------------- 7. null event time
 
 
