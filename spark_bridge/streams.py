@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import pyarrow as pa
 import ray
@@ -21,7 +21,7 @@ from actorflow.cluster.job_graph import JobGraph, SourceNode
 from actorflow.cluster.warm_workers import prestart_task_workers, prestart_workers
 from actorflow.operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from actorflow.actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
-from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError
+from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError, describe_value
 
 from .arrow_io import dataframe_to_blocks, release_dataframe, tables_to_dataframe
 from .session import check_dataframe, ensure_ray
@@ -65,12 +65,14 @@ class SparkDataStream(DataStream):
     _spark: "SparkSession"
     _input_schema: pa.Schema
     # The event-time column and a Spark job counting its nulls, when the stream has one.
-    _null_event_times: "tuple[str, Callable[[], int]] | None" = None
+    _null_event_times: "tuple[str, Callable[[], int], Callable[[], Any]] | None" = None
+    # With from_spark(null_timestamps="dead_letter"): the rows without an event time, and why.
+    _null_rows: "tuple[DataFrame, str] | None" = None
 
     def _with(self, node: Any) -> "SparkDataStream":
         stream = super()._with(node)
         stream._spark, stream._input_schema = self._spark, self._input_schema
-        stream._null_event_times = self._null_event_times
+        stream._null_event_times, stream._null_rows = self._null_event_times, self._null_rows
         return stream
 
     def _run(self, **options: Any) -> JobResult:
@@ -81,11 +83,13 @@ class SparkDataStream(DataStream):
             # block; the user needs those of the whole DataFrame. Spark counts them only now,
             # so that a job that succeeds pays no Spark job for the check.
             if self._null_event_times is not None:
-                column, count_nulls = self._null_event_times
+                column, count_nulls, first_null = self._null_event_times
                 nulls = count_nulls()
                 if nulls:
                     raise SchemaError(
-                        f"column {column!r} holds nulls in {nulls} rows; event time needs a timestamp on every record"
+                        f"column {column!r} holds nulls in {nulls} rows; event time needs a timestamp on every "
+                        f"record. The first: {describe_value(first_null())}; from_spark(null_timestamps='dead_letter') "
+                        "sends such rows to the dead letters instead"
                     ) from error
             raise
 
@@ -157,12 +161,18 @@ class SparkDataStream(DataStream):
                 "call side_output_late_data(tag) on the window to keep them", stacklevel=2,
             )
         letters = result.side_outputs.get(DEAD_LETTER, [])
-        if not dead_letters and letters:
-            out.unpersist()  # the result goes unreturned: its blocks and cache go too
-            raise ConfigurationError(
-                f"{len(letters)} records went to dead letters; call to_spark(dead_letters=True) to get them"
-            )
+        if not dead_letters and (letters or self._null_rows is not None):
+            # Rows without an event time count only now, in a Spark job of their own, and only
+            # when they could be lost: with dead_letters=True they are returned, uncounted.
+            count = len(letters) + (self._null_rows[0].count() if self._null_rows is not None else 0)
+            if count:
+                out.unpersist()  # the result goes unreturned: its blocks and cache go too
+                raise ConfigurationError(
+                    f"{count} records went to dead letters; call to_spark(dead_letters=True) to get them"
+                )
         letters_df = dead_letters_to_dataframe(self._spark, letters, self._input_schema) if dead_letters else None
+        if letters_df is not None and self._null_rows is not None:
+            letters_df = _with_null_rows(letters_df, *self._null_rows)
         return out if letters_df is None else (out, letters_df)
 
     async def to_spark_async(self, output_schema: Any = None, **options: Any) -> "DataFrame | tuple[DataFrame, DataFrame]":
@@ -258,6 +268,18 @@ def dead_letter_names(record_columns: list[str]) -> dict[str, str]:
     return names
 
 
+def _with_null_rows(letters: "DataFrame", rows: "DataFrame", column: str) -> "DataFrame":
+    """The dead letters, then the rows that had no event time, with why (as ``SchemaError``)."""
+    from pyspark.sql import functions as F
+
+    names = dead_letter_names(rows.columns)
+    reason = f"column {column!r} is null; event time needs a timestamp on every record"
+    why = rows.select(
+        "*", F.lit("SchemaError").alias(names["error_type"]), F.lit(reason).alias(names["error"]),
+        F.lit(0).cast("bigint").alias(names["attempts"]), F.lit("from_spark").alias(names["operator"]))
+    return letters.unionByName(why, allowMissingColumns=True)
+
+
 def dead_letters_to_dataframe(spark: "SparkSession", letters: list[DeadLetter], input_schema: pa.Schema) -> "DataFrame":
     """The failed records with their own columns and types, then why each failed."""
     records = SchemaTracker(input_schema).table(
@@ -288,6 +310,7 @@ def from_spark(
     batch_size: int = 2048,
     job_name: str | None = None,
     idleness_ms: int | None = None,
+    null_timestamps: Literal["fail", "dead_letter"] = "fail",
 ) -> SparkDataStream:
     """A stream over the rows of ``df``, in order, split over ``parallelism`` source readers.
 
@@ -300,10 +323,20 @@ def from_spark(
     Like a Spark transformation, this reads nothing yet: the first run of the stream snapshots
     ``df`` into Ray's object store while it starts its actors, and later runs of the same stream
     read that snapshot. The snapshot is freed with the last stream built on it.
+
+    ``null_timestamps="dead_letter"`` keeps a job with a few rows without an event time going:
+    Spark filters them out before the job, and ``to_spark(dead_letters=True)`` returns them
+    among the dead letters, with ``error_type`` ``SchemaError``, the reason, ``attempts`` 0 and
+    ``operator`` ``from_spark`` (as a Flink ``ProcessFunction`` would send them to a side
+    output). By default (``"fail"``) the first such row fails the run, named.
     """
     check_int("parallelism", parallelism, 1, optional=True, expected="an int >= 1 (or None for one per core, up to 4)")
     check_int("batch_size", batch_size, 1)
     check_event_time_settings(out_of_orderness_ms, idleness_ms)
+    if null_timestamps not in ("fail", "dead_letter"):
+        raise ConfigurationError(f"null_timestamps must be 'fail' or 'dead_letter', got {null_timestamps!r}")
+    if null_timestamps == "dead_letter" and timestamp_column is None:
+        raise ConfigurationError("null_timestamps='dead_letter' needs timestamp_column=, got none")
     ensure_ray()
     check_dataframe(df)
     if parallelism is None:
@@ -319,7 +352,12 @@ def from_spark(
                              job_name=job_name)
     stream._spark, stream._input_schema = df.sparkSession, input_schema
     if timestamp_column is not None:
-        stream._null_event_times = (timestamp_column, lambda: df.filter(df[timestamp_column].isNull()).count())
+        nulls = df.filter(df[timestamp_column].isNull())
+        if null_timestamps == "dead_letter":
+            stream._null_rows = (nulls, timestamp_column)
+            df = df.filter(df[timestamp_column].isNotNull())
+        else:
+            stream._null_event_times = (timestamp_column, nulls.count, lambda: nulls.first().asDict())
     snapshot: list[Any] = []
 
     cluster = active_cluster(df.sparkSession)

@@ -198,3 +198,31 @@ def _with_null_times(spark):
 
     return _events(spark).withColumn("ts", F.when(F.col("id").isin(2, 4), F.lit(None)).otherwise(F.col("ts")))
 
+
+def test_a_null_event_time_fails_the_job_by_default_naming_a_row_and_the_option(spark):
+    stream = from_spark(_with_null_times(spark).drop("st", "tags"), timestamp_column="ts", parallelism=1)
+    with pytest.raises(SchemaError) as caught:
+        stream.key_by("name").window(TumblingEventTimeWindows.of(size_ms=60_000)).count().to_spark(progress=False)
+    message = str(caught.value)
+    assert "column 'ts' holds nulls in 2 rows; event time needs a timestamp on every record" in message
+    assert "The first: {'id': 2, 'name': 'u0', 'amount': 20, 'ts': None}" in message
+    assert "null_timestamps='dead_letter'" in message
+
+
+def test_rows_without_an_event_time_can_go_to_the_dead_letters_with_the_reason(spark):
+    stream = from_spark(_with_null_times(spark).drop("st", "tags"), timestamp_column="ts", parallelism=1,
+                        null_timestamps="dead_letter")
+    counted = stream.key_by("name").window(TumblingEventTimeWindows.of(size_ms=60_000)).count()
+    out, dead = counted.to_spark(progress=False, dead_letters=True)
+    assert sorted((r["name"], r["count"]) for r in out.collect()) == [("u0", 1), ("u1", 3)]  # ids 2 and 4 (u0) have none
+    assert dead.columns == ["id", "name", "amount", "ts", "error_type", "error", "attempts", "operator"]
+    letters = sorted(dead.collect())
+    assert [(r.id, r.ts, r.error_type, r.attempts, r.operator) for r in letters] == [
+        (2, None, "SchemaError", 0, "from_spark"), (4, None, "SchemaError", 0, "from_spark")]
+    assert letters[0].error == "column 'ts' is null; event time needs a timestamp on every record"
+
+    with pytest.raises(ConfigurationError, match=r"2 records went to dead letters; call to_spark\(dead_letters=True\)"):
+        counted.to_spark(progress=False)
+    with pytest.raises(ConfigurationError, match="null_timestamps must be 'fail' or 'dead_letter', got 'skip'"):
+        from_spark(_rows(spark), timestamp_column="amount", null_timestamps="skip")
+
