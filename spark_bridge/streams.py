@@ -152,6 +152,7 @@ class SparkDataStream(DataStream):
             prestart_task_workers()
 
         check_output_names(self._spark, target)
+        check_typed_columns(target, input_schema)
         out = tables_to_dataframe(self._spark, refs, target, fill_missing=True, on_read=prestart)
         del refs
         dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
@@ -224,6 +225,32 @@ def check_output_names(spark: "SparkSession", schema: pa.Schema) -> None:
                 "case-insensitive unless spark.sql.caseSensitive is true), so the DataFrame would fail at its "
                 "first use with AMBIGUOUS_REFERENCE; a name must be unique, whatever its case: rename one"
             )
+
+
+def check_typed_columns(schema: pa.Schema, input_schema: pa.Schema) -> None:
+    """Refuse a new column that was None in every row: it has no type (Arrow's null, Spark's
+    void), and the DataFrame then fails where it is written (Parquet has no void). Guessing a
+    type (string) would hide the problem until the column meets its real values; Spark's own
+    ``createDataFrame`` refuses such a column too. A column the input had is left as it came.
+
+    >>> check_typed_columns(pa.schema([("x", pa.null())]), pa.schema([]))
+    Traceback (most recent call last):
+    ...
+    actorflow.operators.errors.SchemaError: column 'x' has no type (null): ...
+    """
+    for field in schema:
+        if _has_null_type(field.type) and field not in input_schema:
+            raise SchemaError(
+                f"column {field.name!r} has no type ({field.type}): it was None (or empty) in every row, and Spark "
+                "would make it void, which it cannot write (to Parquet, for one); declare its type, for example "
+                f"output_schema=\"{field.name} string\" (enrich() takes the new columns alone)"
+            )
+
+
+def _has_null_type(data_type: pa.DataType) -> bool:
+    if pa.types.is_null(data_type):
+        return True
+    return any(_has_null_type(data_type.field(i).type) for i in range(data_type.num_fields))
 
 
 def last_job() -> JobResult:

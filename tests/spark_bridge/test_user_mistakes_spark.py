@@ -226,3 +226,30 @@ def test_rows_without_an_event_time_can_go_to_the_dead_letters_with_the_reason(s
     with pytest.raises(ConfigurationError, match="null_timestamps must be 'fail' or 'dead_letter', got 'skip'"):
         from_spark(_rows(spark), timestamp_column="amount", null_timestamps="skip")
 
+
+# --------------------------------------------------------------------------- 8. untyped new columns
+
+
+def test_a_new_column_none_in_every_row_is_refused_with_the_hint_or_takes_the_declared_type(spark, tmp_path):
+    def nothing(row):
+        return {"segment": None, "tags": []}
+
+    with pytest.raises(SchemaError, match=r"column 'segment' has no type \(null\): it was None \(or empty\) in every "
+                                          r"row.*output_schema=\"segment string\""):
+        enrich(_rows(spark), nothing, parallelism=1, progress=False)
+
+    out = enrich(_rows(spark), nothing, output_schema="segment string, tags array<string>", parallelism=1,
+                 progress=False)
+    assert dict(out.dtypes)["segment"] == "string" and dict(out.dtypes)["tags"] == "array<string>"
+    out.write.parquet(str(tmp_path / "out"))
+    back = spark.read.parquet(str(tmp_path / "out"))
+    assert back.count() == 6 and {r.segment for r in back.collect()} == {None}
+
+
+def test_a_void_column_of_the_input_is_passed_through(spark):
+    from pyspark.sql import functions as F
+
+    df = _rows(spark).withColumn("nothing", F.lit(None))
+    out = enrich(df, lambda row: {"x": 1}, parallelism=1, progress=False)
+    assert out.columns == ["id", "name", "amount", "nothing", "x"] and out.count() == 6
+
