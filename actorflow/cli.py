@@ -16,11 +16,14 @@ A job that fails ends with its ``JobFailedError`` and exit code 1.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import socket
 import sys
 import time
+import uuid
 from typing import Any
 
 import click
@@ -49,22 +52,37 @@ def main() -> None:
 @click.option("--checkpoint-interval", "interval", default="5s", show_default=True,
               help="time between checkpoints, with --checkpoint-dir or --resume-from")
 @click.option("--resume-from", default=None, help="start from the latest checkpoint of an earlier run (its job directory)")
+@click.option("--overwrite", is_flag=True, help="with --checkpoint-dir: delete the checkpoints of an earlier run of the "
+              "job that did not finish, and start afresh")
 def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | None, interval: str,
-        resume_from: str | None) -> None:
-    """Run the pipeline MODULE:PIPELINE (a DataStream, or a function that returns one) to its end."""
+        resume_from: str | None, overwrite: bool) -> None:
+    """Run the pipeline MODULE:PIPELINE (a DataStream, or a function that returns one) to its end.
+
+    Ctrl-C stops it, and names its last complete checkpoint and the command that resumes from it.
+    """
     found = _find_pipeline(target)  # import errors first, before Ray starts
     settings: dict[str, Any] = {}
+    if overwrite and (checkpoint_dir is None or resume_from is not None):
+        raise _Usage("--overwrite goes with --checkpoint-dir, for a fresh run; it cannot go with --resume-from"
+                     if resume_from is not None else "--overwrite goes with --checkpoint-dir")
     if checkpoint_dir is not None or resume_from is not None:
         settings["checkpoint_interval_ms"] = max(10, int(_duration_s(interval) * 1000))
         settings["checkpoint_dir"] = checkpoint_dir
     if resume_from is not None:
-        _check_job_directory(resume_from)
+        _check_job_directory(resume_from, getattr(found, "job_name", None))
         settings["resume_from"] = resume_from
     _connect(address)
     stream = _as_stream(target, found)
     from actorflow.operators.errors import JobFailedError
     from actorflow.spark_bridge.streams import SparkDataStream
 
+    resume = None
+    if resume_from is not None:
+        resume = _resume_job(target, stream, resume_from)
+    elif checkpoint_dir is not None:
+        if stream.job_name is None:  # named here, so that an interrupted run can name its checkpoints
+            stream.job_name = f"job-{uuid.uuid4().hex[:8]}"
+        resume = _fresh_job(stream.job_name, checkpoint_dir, overwrite)
     started = time.perf_counter()
     try:
         if isinstance(stream, SparkDataStream):
@@ -78,10 +96,67 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
                        + (f", {result.restarts} restarts" if result.restarts else ""))
     except JobFailedError as error:
         raise click.ClickException(str(error)) from error
+    except KeyboardInterrupt:
+        _interrupted(target, stream.job_name, resume, interval, address)
     import ray
 
     click.echo(f"finished in {time.perf_counter() - started:.1f} s on the Ray cluster at "
                f"{ray.get_runtime_context().gcs_address}")
+
+
+def _fresh_job(job: str, checkpoint_dir: str, overwrite: bool) -> tuple[Any, str]:
+    """The storage of a fresh run's checkpoints, and the directory to resume it from. The
+    checkpoints of an earlier run that did not finish are refused, as ``run_job`` refuses them,
+    with the command's own words; ``--overwrite`` deletes them."""
+    storage = _storage(checkpoint_dir, job)
+    where = f"{checkpoint_dir.rstrip('/')}/{job}"
+    earlier = storage.unfinished_run()
+    if earlier is not None:
+        if not overwrite:
+            raise _Usage(f"job {job!r} has the checkpoints of an earlier run that did not finish in {where!r} (the latest "
+                         f"complete one: chk-{earlier.checkpoint_id}); go on from it with --resume-from {where}, "
+                         "or delete them and start afresh with --overwrite")
+        storage.clear()
+    return storage, where
+
+
+def _resume_job(target: str, stream: Any, resume_from: str) -> tuple[Any, str]:
+    where = resume_from.rstrip("/")
+    root, _, name = where.rpartition("/")
+    if stream.job_name is not None and stream.job_name != name:
+        raise _Usage(f"--resume-from {resume_from} holds the checkpoints of job {name!r}, but {target} is job "
+                     f"{stream.job_name!r}; pass its directory, {root}/{stream.job_name}")
+    return _storage(root, name), where
+
+
+def _storage(directory: str, job: str) -> Any:
+    from actorflow.cluster.checkpoints import CheckpointStorage
+
+    return CheckpointStorage(directory, job=job)
+
+
+def _interrupted(target: str, job: str | None, checkpoints: tuple[Any, str] | None, interval: str,
+                 address: str | None) -> None:
+    """Ctrl-C: say so, with the last complete checkpoint and the command that resumes from it; exit 130."""
+    import datetime
+
+    say = functools.partial(click.echo, err=True)
+    if checkpoints is None:
+        say(f"interrupted: job {job or target!r} stopped; it took no checkpoints, so a new run starts from the "
+            "beginning (with --checkpoint-dir it could resume)")
+        sys.exit(130)
+    storage, where = checkpoints
+    latest = storage.latest()
+    if latest is None:
+        say(f"interrupted: job {job!r} stopped before its first complete checkpoint; a new run starts from the beginning")
+        sys.exit(130)
+    at = datetime.datetime.fromtimestamp(latest.metadata["completed_at_ms"] / 1000, tz=datetime.timezone.utc)
+    command = " ".join(["actorflow run", target, "--resume-from", where, "--checkpoint-interval", interval]
+                       + (["--address", address] if address is not None else []))
+    say(f"interrupted: job {job or storage.job!r} stopped; its last complete checkpoint is chk-{latest.checkpoint_id} "
+        f"({at:%Y-%m-%d %H:%M:%S} UTC) in {where}")
+    say(f"resume with: {command}")
+    sys.exit(130)
 
 
 @main.command()
@@ -126,9 +201,14 @@ def checkpoints(directory: str, job: str | None, checkpoint_id: int | None) -> N
     if not jobs:
         click.echo(f"no checkpoints in {directory}")
         return
+    storages = {name: CheckpointStorage(root, job=name, filesystem=filesystem) for name in jobs}
+    ids = {name: storage.checkpoint_ids() for name, storage in storages.items()}
+    if checkpoint_id is not None and not any(checkpoint_id in complete for complete in ids.values()):
+        held = "; ".join(f"job {name}: {complete}" for name, complete in ids.items())
+        raise _Usage(f"no complete checkpoint {checkpoint_id} in {directory!r}; the complete ones: {held}")
     for name in jobs:
-        storage = CheckpointStorage(root, job=name, filesystem=filesystem)
-        complete = storage.checkpoint_ids()
+        storage = storages[name]
+        complete = ids[name]
         incomplete = [i for i in storage.checkpoint_ids(complete_only=False) if i not in complete]
         click.echo(f"job {name}: {len(complete)} complete" + (f", incomplete {incomplete}" if incomplete else ""))
         for i in complete:
@@ -242,8 +322,13 @@ def demo(ctx: click.Context) -> None:
     demo_main.main(args=ctx.args, prog_name="actorflow demo", standalone_mode=True)
 
 
-def _check_job_directory(path: str) -> None:
+def _check_job_directory(path: str, job: str | None = None) -> None:
+    """Refuse, before Ray starts, a ``--resume-from`` that is no job directory with a complete
+    checkpoint. Given the checkpoint root (``--checkpoint-dir``) instead, name the job directory
+    in it: the job's name would otherwise be taken from the root's."""
     import pyarrow.fs as pafs
+
+    from actorflow.cluster.checkpoints import CheckpointStorage
 
     try:
         filesystem, where = pafs.FileSystem.from_uri(path)
@@ -252,6 +337,16 @@ def _check_job_directory(path: str) -> None:
     if filesystem.get_file_info(where).type != pafs.FileType.Directory:
         raise _Usage(f"no checkpoint directory at {path!r}; pass a job's directory, <checkpoint-dir>/<job> "
                      "(`actorflow checkpoints <checkpoint-dir>` lists them)")
+    children = filesystem.get_file_info(pafs.FileSelector(where))
+    if not any(i.type == pafs.FileType.Directory and i.base_name.startswith("chk-") for i in children):
+        jobs = sorted(i.base_name for i in children if i.type == pafs.FileType.Directory
+                      and CheckpointStorage(where, job=i.base_name, filesystem=filesystem).checkpoint_ids())
+        if jobs:
+            base = path.rstrip("/")
+            named = [job] if job in jobs else jobs
+            raise _Usage(f"{path!r} is a checkpoint directory, not a job's; pass "
+                         + (f"--resume-from {base}/{named[0]}" if len(named) == 1 else
+                            "the directory of the job to resume: " + ", ".join(f"{base}/{j}" for j in named)))
     selector = pafs.FileSelector(where, recursive=True)
     if not any(i.base_name == "_metadata" for i in filesystem.get_file_info(selector)):
         raise _Usage(f"{path!r} holds no complete checkpoint to resume from")
@@ -275,7 +370,27 @@ def _find_pipeline(target: str) -> Any:
         raise _Usage(f"module {module_name!r} has no {attribute!r}; it has {names}") from error
     if not callable(found):
         _as_stream(target, found)  # a value that is no pipeline fails here, before Ray starts
+    else:
+        _check_no_arguments(target, found)
     return found
+
+
+def _check_no_arguments(target: str, function: Any) -> None:
+    """A pipeline function is called with no arguments, once Ray runs: one that needs some is
+    refused now, before Ray starts, rather than with a traceback after."""
+    from actorflow.cluster.datastream import DataStream
+
+    if isinstance(function, DataStream):
+        return
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): the call says
+        return
+    needed = [p.name for p in parameters if p.default is inspect.Parameter.empty
+              and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if needed:
+        raise _Usage(f"{target} needs the argument(s) {', '.join(needed)}, and `actorflow run` calls it with none; "
+                     "give them defaults, or point at a function that takes none")
 
 
 def _as_stream(target: str, obj: Any) -> Any:

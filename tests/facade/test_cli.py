@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 import ray
 
 from examples.pipelines import slow_users, steady_users
+from actorflow.cluster.checkpoints import CheckpointStorage
 from actorflow.operators import JobFailedError
 from tests.waiting import Background, find_actor, poll
 
@@ -19,9 +21,17 @@ pytestmark = [pytest.mark.ray, pytest.mark.processes]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _actorflow(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "actorflow", *args], cwd=ROOT, capture_output=True, text=True,
+def _actorflow(*args: str, timeout: float = 180, cwd: str = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "actorflow", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, check=False)
+
+
+def _unfinished_run(root, job: str, ids=(1, 2)) -> CheckpointStorage:
+    """What a run that died after these checkpoints leaves in ``root``: complete checkpoints, no finished mark."""
+    storage = CheckpointStorage(str(root), job=job)
+    for i in ids:
+        storage.begin(i).complete()
+    return storage
 
 
 def test_the_console_script_is_installed():
@@ -126,3 +136,77 @@ def test_run_with_a_checkpoint_directory_runs_the_job_to_its_end_on_a_running_ra
                       "--checkpoint-interval", "100ms", "--address", ray.get_runtime_context().gcs_address)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "job 'tagged-users', 2,000 records in, 2,000 records out" in done.stdout
+
+
+def test_a_pipeline_function_that_needs_arguments_is_refused_before_ray_starts(tmp_path):
+    (tmp_path / "needs_args.py").write_text("def pipeline(rows, *, name='x'):\n    raise AssertionError('called')\n")
+    done = _actorflow("run", "needs_args:pipeline", cwd=str(tmp_path), timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "Error: needs_args:pipeline needs the argument(s) rows, and `actorflow run` calls it with none; give them "
+        "defaults, or point at a function that takes none"], done.stderr[-2000:]
+    assert "Ray" not in done.stdout + done.stderr  # refused before Ray started
+
+
+def test_checkpoints_of_an_id_that_does_not_exist_names_those_that_do(tmp_path):
+    _unfinished_run(tmp_path, "clicks", ids=(3, 4))
+    done = _actorflow("checkpoints", str(tmp_path), "--id", "999", timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == f"Error: no complete checkpoint 999 in {str(tmp_path)!r}; the complete ones: job clicks: [3, 4]"
+    assert done.stdout == ""
+
+
+def test_resume_from_the_checkpoint_root_names_the_job_directory(tmp_path):
+    _unfinished_run(tmp_path, "steady-users")
+    done = _actorflow("run", "examples.pipelines:steady_users", "--resume-from", str(tmp_path), timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (f"Error: {str(tmp_path)!r} is a checkpoint directory, not a job's; pass "
+                                   f"--resume-from {tmp_path}/steady-users")
+
+
+def test_a_fresh_run_refuses_the_checkpoints_of_a_run_that_did_not_finish_unless_told_to_overwrite(ray_session, tmp_path):
+    _unfinished_run(tmp_path, "tagged-users")
+    address = ray.get_runtime_context().gcs_address
+    args = ["run", "examples.pipelines:tagged_users", "--no-progress", "--checkpoint-dir", str(tmp_path),
+            "--checkpoint-interval", "100ms", "--address", address]
+    refused = _actorflow(*args)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    where = f"{tmp_path}/tagged-users"
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"Error: job 'tagged-users' has the checkpoints of an earlier run that did not finish in {where!r} (the latest "
+        f"complete one: chk-2); go on from it with --resume-from {where}, or delete them and start afresh with --overwrite")
+    assert sorted(p.parent.name for p in (tmp_path / "tagged-users").glob("chk-*/_metadata")) == ["chk-1", "chk-2"]
+
+    done = _actorflow(*args, "--overwrite")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "job 'tagged-users', 2,000 records in, 2,000 records out" in done.stdout
+
+
+def test_ctrl_c_in_run_names_the_last_checkpoint_and_the_command_that_resumes(ray_session, tmp_path):
+    # steady_users long enough to be interrupted; its functions come from examples, which Ray's workers import.
+    (tmp_path / "long_users.py").write_text(
+        "from examples.pipelines import steady_users\n\ndef pipeline():\n    return steady_users(400_000)\n")
+    address = ray.get_runtime_context().gcs_address
+    checkpoints = tmp_path / "chk"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "actorflow", "run", "long_users:pipeline", "--no-progress", "--checkpoint-dir",
+         str(checkpoints), "--checkpoint-interval", "200ms", "--address", address],
+        cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        poll(lambda: list(checkpoints.glob("steady-users/chk-*/_metadata")) or run.poll() is not None, timeout_s=180)
+        assert run.poll() is None, run.communicate()
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, stderr[-3000:]
+    where = f"{checkpoints}/steady-users"
+    latest = max(int(p.parent.name[4:]) for p in checkpoints.glob("steady-users/chk-*/_metadata"))
+    lines = stderr.strip().splitlines()
+    assert lines[-2].startswith(f"interrupted: job 'steady-users' stopped; its last complete checkpoint is chk-{latest} ("), lines
+    assert lines[-2].endswith(f" UTC) in {where}"), lines
+    assert lines[-1] == (f"resume with: actorflow run long_users:pipeline --resume-from {where} "
+                         f"--checkpoint-interval 200ms --address {address}"), lines
+    assert "Traceback" not in stderr, stderr[-3000:]
