@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ class Mail:
     args: tuple[Any, ...] = ()
     deferrable: bool = False
     future: Future[Any] | None = None
+    #: When it was put (``time.monotonic()``), for the age of the oldest mail.
+    put_at: float = 0.0
 
     @property
     def effective_priority(self) -> int:
@@ -109,6 +112,7 @@ class TaskMailbox:
 
     def put(self, mail: Mail) -> None:
         """Append a mail. Raises ``MailboxClosedError`` unless the mailbox is OPEN."""
+        mail.put_at = time.monotonic()
         with self._lock:
             self._check_put_state()
             self._queue.append(mail)
@@ -123,6 +127,7 @@ class TaskMailbox:
         closed (a failed or stopping task), their element is in the last checkpoint and will be
         replayed, so the mail is dropped instead of raising into the thread that delivered it.
         """
+        mail.put_at = time.monotonic()
         with self._lock:
             if self._state is not MailboxState.OPEN:
                 return False
@@ -134,6 +139,7 @@ class TaskMailbox:
 
     def put_first(self, mail: Mail) -> None:
         """Put an urgent mail in front of every other, the current batch included."""
+        mail.put_at = time.monotonic()
         if self.is_mailbox_thread():
             # The batch is ahead of the queue, so the front of the batch is the very front.
             self._check_put_state()
@@ -171,6 +177,26 @@ class TaskMailbox:
     def size(self) -> int:
         with self._lock:
             return len(self._batch) + len(self._queue)
+
+    def depth_by_priority(self) -> dict[int, int]:
+        """Mails waiting, by the priority ``take`` compares (a deferrable mail's is ``MIN_PRIORITY``).
+
+        >>> mb = TaskMailbox()
+        >>> mb.put(Mail(lambda: None, priority=1)); mb.put(Mail(lambda: None, priority=1)); mb.put(Mail(lambda: None))
+        >>> mb.depth_by_priority()
+        {0: 1, 1: 2}
+        """
+        with self._lock:
+            depths: dict[int, int] = {}
+            for mail in (*self._batch, *self._queue):
+                depths[mail.effective_priority] = depths.get(mail.effective_priority, 0) + 1
+        return dict(sorted(depths.items()))
+
+    def oldest_mail_age_s(self) -> float | None:
+        """How long the mail that has waited longest has waited, in seconds; None if none waits."""
+        with self._lock:
+            oldest = min((mail.put_at for mail in (*self._batch, *self._queue)), default=None)
+        return None if oldest is None else time.monotonic() - oldest
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` after every put, from the putting thread.

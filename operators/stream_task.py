@@ -32,6 +32,7 @@ Lifecycle
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from .channel_items import ChannelItem, EndOfInput, PartialAggregates, Records
@@ -41,7 +42,22 @@ from .mailbox_processor import DefaultActionController, Suspension
 from .operator import OperatorChain
 from .watermarks import StatusWatermarkValve
 
-__all__ = ["MergesPartials", "StreamTask", "TakesArrowBatches", "TaskHost"]
+__all__ = ["MergesPartials", "StreamTask", "Suspended", "TakesArrowBatches", "TaskHost"]
+
+
+class Suspended(StrEnum):
+    """Why the task's default action waits: what a user watching an instance needs to know."""
+
+    #: Downstream takes no more: the output is full.
+    BACKPRESSURE = "backpressure"
+    #: An async operator's queue is full: it waits for requests to complete.
+    ASYNC_QUEUE_FULL = "async_queue_full"
+    #: A barrier came on some channels, which hold back their items until it came on all.
+    BARRIER_ALIGNMENT = "barrier_alignment"
+    #: No input has come.
+    NO_INPUT = "no_input"
+    #: The input has ended; the last requests or timers are still to complete.
+    FINISHING = "finishing"
 
 #: A batch's rows as ``(value, timestamp_ms)`` pairs, and each row's origin (or None for all).
 Rows = tuple[list[tuple[Any, int | None]], list[Any] | None]
@@ -112,6 +128,8 @@ class StreamTask:
         self._row_origins: list[Any] | None = None
         self._row_pos = 0
         self._suspension: Suspension | None = None
+        #: Why the default action waits now (None: it runs, or is about to).
+        self.suspended: Suspended | None = None
         head = chain.head
         self._arrow_head = head if isinstance(head, TakesArrowBatches) else None
         self._merging_head = head if isinstance(head, MergesPartials) else None
@@ -134,10 +152,13 @@ class StreamTask:
             if aligned is not None:
                 self.host.snapshot(*aligned)
                 return
-        if self.host.output_is_full() or chain.is_blocked():
+        output_full = self.host.output_is_full()
+        if output_full or chain.is_blocked():
             if self.watch_fault_points and chain.is_blocked():
                 self.host.fault_point("queue_full")
-            self._suspend(controller)  # woken when the output drains or the operator has room
+            # Woken when the output drains or the operator has room; a full output is the cause
+            # where both hold (the operator cannot emit, so its queue fills).
+            self._suspend(controller, Suspended.BACKPRESSURE if output_full else Suspended.ASYNC_QUEUE_FULL)
             return
         if self._rows is not None:
             self._feed_rows()
@@ -147,11 +168,12 @@ class StreamTask:
                 self.finished = True
                 self.host.finished(controller)
             else:
-                self._suspend(controller)  # woken when the last requests complete
+                self._suspend(controller, Suspended.FINISHING)  # woken when the last requests complete
             return
         polled = self.channels.poll()
         if polled is None:
-            self._suspend(controller)  # woken by the next item
+            # Woken by the next item; a channel whose barrier came first holds back its items.
+            self._suspend(controller, Suspended.BARRIER_ALIGNMENT if self.channels.barriers else Suspended.NO_INPUT)
             return
         self.process_item(*polled)
 
@@ -159,10 +181,12 @@ class StreamTask:
         """Input, room or progress arrived: run the default action again."""
         if self._suspension is not None:
             suspension, self._suspension = self._suspension, None
+            self.suspended = None
             suspension.resume()
 
-    def _suspend(self, controller: DefaultActionController) -> None:
+    def _suspend(self, controller: DefaultActionController, why: Suspended) -> None:
         self._suspension = controller.suspend_default_action()
+        self.suspended = why
 
     def _feed_rows(self) -> None:
         rows, pos, origins = self._rows, self._row_pos, self._row_origins
