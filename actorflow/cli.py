@@ -162,17 +162,73 @@ def _interrupted(target: str, job: str | None, checkpoints: tuple[Any, str] | No
 @main.command()
 @click.option("--address", default="auto", show_default=True, help="the Ray cluster whose jobs to show")
 @click.option("--watch", type=float, default=None, metavar="SECONDS", help="refresh every SECONDS until interrupted")
-def status(address: str, watch: float | None) -> None:
-    """Every running operator instance: records in and out, requests in flight, watermark."""
+@click.option("--epoch-ms", is_flag=True, help="show watermarks as epoch milliseconds, not as ISO-8601 UTC times")
+def status(address: str, watch: float | None, epoch_ms: bool) -> None:
+    """Every running operator instance: records in and out, requests in flight, watermark.
+
+    With --watch, a job that stops running is shown below the table, ended or died (and how),
+    and a cluster that goes away ends the watch, rather than leaving its last table on screen.
+    """
     _connect(address, join_only=True)
-    while True:
-        table = _status_table()
-        if watch is not None:
-            click.clear()
-        click.echo(table)
-        if watch is None:
-            return
-        time.sleep(watch)
+    import ray
+
+    gcs = ray.get_runtime_context().gcs_address
+    seen: set[str] = set()  # the jobs this watch has seen running
+    gone: dict[str, str] = {}  # job -> how it stopped, as shown
+    try:
+        while True:
+            if watch is not None and not _reachable(gcs):
+                # Ray's calls would wait for a cluster that is gone (a local Ray ends with the run
+                # that started it), and the last table would stay on screen as if it still ran.
+                jobs = f"; its jobs {sorted(seen)} ended or died with it" if seen else ""
+                click.echo(f"the Ray cluster at {gcs} is gone at {_utc_now()}{jobs}")
+                sys.exit(1)
+            table, running = _status_table(epoch_ms)
+            seen |= running
+            for job in sorted(seen):
+                if job in running:
+                    gone.pop(job, None)
+                elif job not in gone:
+                    gone[job] = f"job {job}: {_how_it_stopped(job)} (seen at {_utc_now()})"
+            if watch is not None:
+                click.clear()
+            click.echo("\n".join([table, *gone.values()]))
+            if watch is None:
+                return
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _reachable(gcs_address: str) -> bool:
+    host, _, port = gcs_address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=3):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _utc_now() -> str:
+    import datetime
+
+    return f"{datetime.datetime.now(datetime.timezone.utc):%H:%M:%S} UTC"
+
+
+def _watermark_text(watermark_ms: int | None, epoch_ms: bool) -> str:
+    """An ISO-8601 UTC time to the millisecond (so the exact value stays readable); the raw value
+    where it is no date (the end of time) or ``--epoch-ms`` asks for it."""
+    import datetime
+
+    if watermark_ms is None:
+        return ""
+    if not epoch_ms:
+        try:
+            at = datetime.datetime.fromtimestamp(watermark_ms / 1000, tz=datetime.timezone.utc)
+            return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        except (OverflowError, OSError, ValueError):
+            pass
+    return str(watermark_ms)
 
 
 @main.command()
@@ -439,11 +495,15 @@ def _has_dashboard() -> bool:
     return bool(address)
 
 
-def _status_table() -> str:
+def _status_table(epoch_ms: bool = False) -> tuple[str, set[str]]:
+    """The table of running operator instances, and the jobs that run: those with a live
+    instance, or a live checkpoint coordinator (between two attempts of a restart)."""
     import ray
     from ray.util.state import list_actors
 
     from ray.util.state.exception import RayStateApiException
+
+    from actorflow.cluster.chaos import live_instances
 
     ours: list[tuple[str, str]] | None = None
     if _has_dashboard():
@@ -456,11 +516,12 @@ def _status_table() -> str:
     if ours is None:
         # A cluster started without its dashboard has no State API; its GCS still knows the
         # live named actors, though not their states.
-        from actorflow.cluster.chaos import live_instances
-
         ours = [(name, "ALIVE") for name in live_instances() if "/source[" not in name]
+    named = ray.util.list_named_actors(all_namespaces=True)
+    running = {a["name"].split("/", 1)[0] for a in named if a["namespace"] == NAMESPACE and "/" in a["name"]}
+    running |= {name.split("/", 1)[0] for name, _ in ours}
     if not ours:
-        return "no actorflow operator instances are running"
+        return "no actorflow operator instances are running", running
     figures: dict[str, dict[str, Any]] = {}
     pending = {}
     for name, state in ours:
@@ -475,18 +536,49 @@ def _status_table() -> str:
         except Exception:  # noqa: BLE001 - a dying actor shows with empty figures
             figures[name] = {}
     last_checkpoint = {job: _last_checkpoint(job) for job in {name.split("/", 1)[0] for name, _ in ours}}
-    header = (f"{'operator instance':<40} {'state':<9} {'in':>10} {'out':>10} {'in flight':>9} {'watermark':>15} "
+    header = (f"{'operator instance':<40} {'state':<9} {'in':>10} {'out':>10} {'in flight':>9} {'watermark':>24} "
               f"{'checkpoint':>10} {'restarts':>8}")
     lines = [header, "-" * len(header)]
     for name, state in ours:
         f = figures.get(name, {})
-        watermark = f.get("watermark_ms")
+        watermark = _watermark_text(f.get("watermark_ms"), epoch_ms)
         lines.append(
             f"{name:<40} {state:<9} {f.get('records_in', ''):>10} {f.get('records_out', ''):>10} "
-            f"{f.get('in_flight_requests', ''):>9} {'' if watermark is None else watermark:>15} "
+            f"{f.get('in_flight_requests', ''):>9} {watermark:>24} "
             f"{last_checkpoint[name.split('/', 1)[0]]:>10} {f.get('restarts', ''):>8}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines), running
+
+
+def _how_it_stopped(job: str) -> str:
+    """Whether a job that no longer runs ended or died, from its instances' causes of death:
+    the job's driver ends them (``ray.kill``) when the job is over, whether it finished or
+    failed; any other cause is a death, named with its instance."""
+    import ray
+    from ray.util.state import list_actors
+
+    if not _has_dashboard():
+        return "ENDED or DIED: no instance of it runs any more"
+    try:
+        actors = list_actors(address=ray.get_runtime_context().gcs_address, detail=True, limit=10_000,
+                             filters=[("ray_namespace", "=", NAMESPACE), ("state", "=", "DEAD")],
+                             raise_on_missing_output=False)
+    except Exception:  # noqa: BLE001 - the State API is unavailable: say what is known
+        return "ENDED or DIED: no instance of it runs any more"
+    causes = {}
+    for actor in actors:
+        if (actor.name or "").startswith(f"{job}/"):
+            context = (actor.death_cause or {}).get("actor_died_error_context") or {}
+            causes[actor.name] = (context.get("reason", "UNSPECIFIED"), context.get("error_message", ""))
+    died = {name: cause for name, cause in causes.items() if cause[0] != "RAY_KILL"}
+    if not causes:
+        return "ENDED or DIED: no instance of it runs any more"
+    if not died:
+        return "ENDED: its driver stopped its instances (it finished, or failed and was stopped)"
+    if all(reason == "OWNER_DIED" for reason, _ in died.values()):
+        return "DIED: the driver that ran it is gone"
+    name, (reason, message) = sorted(died.items())[0]
+    return f"DIED: {name} died ({reason}): {message.splitlines()[0][:300] if message else 'no message'}"
 
 
 def _last_checkpoint(job: str) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 
+import pyarrow as pa
 import pytest
 import ray
 
@@ -210,3 +214,53 @@ def test_ctrl_c_in_run_names_the_last_checkpoint_and_the_command_that_resumes(ra
     assert lines[-1] == (f"resume with: actorflow run long_users:pipeline --resume-from {where} "
                          f"--checkpoint-interval 200ms --address {address}"), lines
     assert "Traceback" not in stderr, stderr[-3000:]
+
+
+async def _slowly(row: dict) -> list[dict]:
+    await asyncio.sleep(0.05)
+    return [row]
+
+
+def test_status_watch_shows_that_a_job_died_and_its_watermark_as_a_time(ray_session):
+    from ray.util.state import list_actors
+
+    from actorflow.cluster import from_arrow
+
+    start_ms = 1_700_000_000_000  # 2023-11-14T22:13:20.000Z
+    table = pa.table({"user": list(range(2_400)), "ts": [start_ms + i * 1_000 for i in range(2_400)]})
+    stream = from_arrow([table.slice(i, 100) for i in range(0, 2_400, 100)], parallelism=1, batch_size=10,
+                        timestamp_column="ts", job_name="watched-users").async_map(_slowly, capacity=2, name="slow")
+    job = Background(lambda: stream.execute(progress=False))
+    actor = poll(lambda: find_actor("watched-users/slow[0/1]"))
+    poll(lambda: ray.get(actor.stats.remote()).get("watermark_ms") is not None)
+    address = ray.get_runtime_context().gcs_address
+
+    raw = _actorflow("status", "--address", address, "--epoch-ms")
+    (row,) = [line for line in raw.stdout.splitlines() if line.startswith("watched-users/slow[0/1]")]
+    assert int(row.split()[5]) >= start_ms, row
+
+    watch = subprocess.Popen([sys.executable, "-m", "actorflow", "status", "--address", address, "--watch", "0.5"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in watch.stdout:
+            lines.append(line.rstrip("\n"))
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        row = poll(lambda: next((line for line in lines if line.startswith("watched-users/slow[0/1]")), None), timeout_s=120)
+        fields = row.split()
+        assert fields[1] == "ALIVE", row
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", fields[5]) and fields[5] >= "2023-11-14T22:13:20.000Z", row
+        # A crash, not the job's own stop: the process ends without a word.
+        (state,) = list_actors(address=address, filters=[("name", "=", "watched-users/slow[0/1]"), ("state", "=", "ALIVE")],
+                               detail=True)
+        os.kill(state.pid, signal.SIGKILL)
+        assert job.failed_with(JobFailedError, "an actor died"), job.error
+        shown = poll(lambda: next((line for line in lines if line.startswith("job watched-users: ")), None), timeout_s=60)
+        assert shown.startswith("job watched-users: DIED: watched-users/slow[0/1] died (WORKER_DIED): "), lines[-20:]
+    finally:
+        watch.send_signal(signal.SIGINT)
+        watch.wait(30)
+    assert watch.returncode == 130, watch.stderr.read()[-3000:]
