@@ -152,7 +152,7 @@ class SparkDataStream(DataStream):
             prestart_task_workers()
 
         check_output_names(self._spark, target)
-        check_typed_columns(target, input_schema)
+        target = typed_columns(target, input_schema)
         out = tables_to_dataframe(self._spark, refs, target, fill_missing=True, on_read=prestart)
         del refs
         dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
@@ -227,24 +227,43 @@ def check_output_names(spark: "SparkSession", schema: pa.Schema) -> None:
             )
 
 
-def check_typed_columns(schema: pa.Schema, input_schema: pa.Schema) -> None:
-    """Refuse a new column that was None in every row: it has no type (Arrow's null, Spark's
-    void), and the DataFrame then fails where it is written (Parquet has no void). Guessing a
-    type (string) would hide the problem until the column meets its real values; Spark's own
-    ``createDataFrame`` refuses such a column too. A column the input had is left as it came.
+def typed_columns(schema: pa.Schema, input_schema: pa.Schema) -> pa.Schema:
+    """``schema`` with a string type for each new column that has none, with a warning.
 
-    >>> check_typed_columns(pa.schema([("x", pa.null())]), pa.schema([]))
-    Traceback (most recent call last):
-    ...
-    actorflow.operators.errors.SchemaError: column 'x' has no type (null): ...
+    A column that was None (or empty) in every row has Arrow's type null, Spark's void, which
+    fails where the DataFrame is written (Parquet has no void). String holds those values
+    exactly and is written anywhere; refusing instead would throw away the result of a job that
+    may have run for hours, over a type the warning tells how to declare. A column the input had
+    keeps its type, void or not.
+
+    >>> with warnings.catch_warnings(record=True):
+    ...     typed_columns(pa.schema([("x", pa.list_(pa.null()))]), pa.schema([])).field("x").type
+    ListType(list<item: string>)
     """
-    for field in schema:
-        if _has_null_type(field.type) and field not in input_schema:
-            raise SchemaError(
-                f"column {field.name!r} has no type ({field.type}): it was None (or empty) in every row, and Spark "
-                "would make it void, which it cannot write (to Parquet, for one); declare its type, for example "
-                f"output_schema=\"{field.name} string\" (enrich() takes the new columns alone)"
-            )
+    untyped = [f for f in schema if _has_null_type(f.type) and f not in input_schema]
+    if not untyped:
+        return schema
+    names = [f.name for f in untyped]
+    warnings.warn(
+        f"columns {names} were None (or empty) in every row, so they have no type; they become string, as "
+        f"Spark's void cannot be written (to Parquet, for one). Declare their types, for example "
+        f"output_schema=\"{untyped[0].name} string\" (enrich() takes the new columns alone)", stacklevel=3,
+    )
+    return pa.schema([f.with_type(_string_for_null(f.type)) if f in untyped else f for f in schema])
+
+
+def _string_for_null(data_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_null(data_type):
+        return pa.string()
+    if pa.types.is_struct(data_type):
+        return pa.struct([f.with_type(_string_for_null(f.type)) for f in data_type])
+    if pa.types.is_map(data_type):
+        return pa.map_(_string_for_null(data_type.key_type), _string_for_null(data_type.item_type))
+    if pa.types.is_large_list(data_type):
+        return pa.large_list(data_type.value_field.with_type(_string_for_null(data_type.value_type)))
+    if pa.types.is_list(data_type):
+        return pa.list_(data_type.value_field.with_type(_string_for_null(data_type.value_type)))
+    return data_type
 
 
 def _has_null_type(data_type: pa.DataType) -> bool:

@@ -4,6 +4,7 @@ pipeline can know it, naming the argument, the column or the row; or a documente
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 
 import pytest
 
@@ -230,19 +231,25 @@ def test_rows_without_an_event_time_can_go_to_the_dead_letters_with_the_reason(s
 # --------------------------------------------------------------------------- 8. untyped new columns
 
 
-def test_a_new_column_none_in_every_row_is_refused_with_the_hint_or_takes_the_declared_type(spark, tmp_path):
+def test_a_new_column_none_in_every_row_becomes_string_with_a_warning_or_takes_the_declared_type(spark, tmp_path):
     def nothing(row):
-        return {"segment": None, "tags": []}
+        return {"segment": None, "tags": [], "n": row["id"]}
 
-    with pytest.raises(SchemaError, match=r"column 'segment' has no type \(null\): it was None \(or empty\) in every "
-                                          r"row.*output_schema=\"segment string\""):
-        enrich(_rows(spark), nothing, parallelism=1, progress=False)
-
-    out = enrich(_rows(spark), nothing, output_schema="segment string, tags array<string>", parallelism=1,
-                 progress=False)
+    with pytest.warns(UserWarning, match=r"columns \['segment', 'tags'\] were None \(or empty\) in every row, so they "
+                                         r"have no type; they become string.*output_schema=\"segment string\""):
+        out = enrich(_rows(spark), nothing, parallelism=1, progress=False)
     assert dict(out.dtypes)["segment"] == "string" and dict(out.dtypes)["tags"] == "array<string>"
-    out.write.parquet(str(tmp_path / "out"))
-    back = spark.read.parquet(str(tmp_path / "out"))
+    out.write.parquet(str(tmp_path / "guessed"))  # Spark's void could not be written
+    assert sorted(r.n for r in spark.read.parquet(str(tmp_path / "guessed")).collect()) == list(range(6))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = enrich(_rows(spark), nothing, output_schema="segment int, tags array<bigint>", parallelism=1,
+                     progress=False)
+    assert not [w for w in caught if "no type" in str(w.message)]  # declared: nothing to warn of
+    assert dict(out.dtypes)["segment"] == "int" and dict(out.dtypes)["tags"] == "array<bigint>"
+    out.write.parquet(str(tmp_path / "declared"))
+    back = spark.read.parquet(str(tmp_path / "declared"))
     assert back.count() == 6 and {r.segment for r in back.collect()} == {None}
 
 
