@@ -35,10 +35,22 @@ from .operator import OperatorContext, OperatorMetrics, no_fault_point
 from .retry import NoRetry, RetryStrategy
 from .timers import DeadlineQueue, TimerHandle
 
-__all__ = ["ATTEMPT_SLOTS", "COPIERS", "DEAD_LETTER", "AttemptHandler", "CopyInputs", "CoroutineCall", "DeadLetter", "copy_input", "copy_row"]
+__all__ = [
+    "ATTEMPT_SLOTS", "COPIERS", "DEAD_LETTER", "AttemptHandler", "CopyInputs", "CoroutineCall", "DeadLetter", "Outcome",
+    "copy_input", "copy_row",
+]
 
 #: The side output that receives dead letters.
 DEAD_LETTER = "dead_letter"
+
+
+class Outcome(enum.StrEnum):
+    """How a record's requests ended: the one outcome each record gets."""
+
+    RESULT = "result"  # the function's results
+    FALLBACK = "fallback"  # the fallback's results, after a timeout or the last failed attempt
+    FAILURE = "failure"  # failed for good: the operator fails, or it becomes a dead letter
+    DEAD_LETTER = "dead_letter"  # a failure kept as a dead letter (on_error="dead_letter")
 
 # Values of these exact types cannot be changed in place, so an attempt may share them.
 _IMMUTABLE_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), frozenset, range})
@@ -210,7 +222,7 @@ class AttemptHandler:
     def should_retry(self, results: Sequence[Any] | None, error: BaseException | None) -> bool:
         return self.op.retry.should_retry(results, error)
 
-    def on_outcome(self, kind: str, payload: Any) -> None:
+    def on_outcome(self, kind: Outcome, payload: Any) -> None:
         raise NotImplementedError
 
     # --------------------------------------------------------------------- driving
@@ -261,7 +273,7 @@ class AttemptHandler:
     def on_input_error(self, attempt: int, error: RecordError) -> None:
         if self.op.has_failed or self.state is not _RUNNING or attempt != self.attempt:
             return
-        self.finish("failure", error)
+        self.finish(Outcome.FAILURE, error)
 
     def on_attempt_complete(self, attempt: int, results: Sequence[Any] | None, error: BaseException | None) -> None:
         # A completion of an older attempt, or one that arrives after the timeout fired or after
@@ -285,9 +297,9 @@ class AttemptHandler:
             self._wait_for_retry(now + strategy.delay_ms(self.attempt))
             return
         if error is not None:
-            self.finish("failure", error)
+            self.finish(Outcome.FAILURE, error)
         else:
-            self.finish("result", results)
+            self.finish(Outcome.RESULT, results)
 
     def _wait_for_retry(self, due_ms: int) -> None:
         self.state = _WAITING_RETRY
@@ -347,11 +359,11 @@ class AttemptHandler:
         if error is None and results is not None and self.checks_results:
             error = self.check_results(results)
         if error is not None:
-            self.finish("failure", error)
+            self.finish(Outcome.FAILURE, error)
         else:
-            self.finish("fallback", results)
+            self.finish(Outcome.FALLBACK, results)
 
-    def finish(self, kind: str, payload: Any) -> None:
+    def finish(self, kind: Outcome, payload: Any) -> None:
         self.state = _DONE
         self.future = None  # its delivery closure refers back to this handler
         timer = self.timeout_timer

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Sequence
 
-from .async_attempt import ATTEMPT_SLOTS, AttemptHandler, CopyInputs
+from .async_attempt import ATTEMPT_SLOTS, AttemptHandler, CopyInputs, Outcome
 from .async_batch_function import AsyncBatchFunction, FallbackOnBatchTimeout, as_async_batch_function
 from .async_function import ResultFuture
 from .async_queue_operator import AsyncQueueOperator, Pending
@@ -127,7 +127,7 @@ class _BatchHandler(AttemptHandler):
         # The result predicate looks at each record's results; one match runs the batch again.
         return any(strategy.should_retry(r, None) for r in results)
 
-    def on_outcome(self, kind: str, payload: Any) -> None:
+    def on_outcome(self, kind: Outcome, payload: Any) -> None:
         self.op._on_batch_outcome(self, kind, payload)
 
 
@@ -384,11 +384,11 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         if self._buffer and (self._flush_due or self._ending or len(self._buffer) >= self.batch_size):
             self._try_flush()
 
-    def _on_batch_outcome(self, handler: _BatchHandler, kind: str, payload: Any) -> None:
+    def _on_batch_outcome(self, handler: _BatchHandler, kind: Outcome, payload: Any) -> None:
         self._batches -= 1
         for i, entry in enumerate(handler.entries):
-            if kind == "failure":
-                self._complete_entry(entry, "failure", payload, handler.attempt)
+            if kind is Outcome.FAILURE:
+                self._complete_entry(entry, Outcome.FAILURE, payload, handler.attempt)
             else:
                 self._complete_entry(entry, kind, list(payload[i]), handler.attempt)
         self._emit_completed(freed=True)
@@ -396,7 +396,7 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
     def _on_record_failed(self, entry: RecordEntry, error: RecordError, attempts: int) -> None:
         if self.has_failed or entry.done:
             return
-        self._complete_entry(entry, "failure", error, attempts)
+        self._complete_entry(entry, Outcome.FAILURE, error, attempts)
         self._emit_completed(freed=True)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Literal
 
-from .async_attempt import _IMMUTABLE_TYPES, COPIERS, DEAD_LETTER, CopyInputs, DeadLetter, copy_input, copy_row
+from .async_attempt import _IMMUTABLE_TYPES, COPIERS, DEAD_LETTER, CopyInputs, DeadLetter, Outcome, copy_input, copy_row
 from .elements import Record, Watermark, WatermarkStatus
 from .state import check_state
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
@@ -241,10 +241,10 @@ class AsyncQueueOperator(StreamOperator):
         timeout_ms = self.timeout_ms if remaining_ms is None else remaining_ms
         return None if timeout_ms is None else now + timeout_ms
 
-    def _complete_entry(self, entry: RecordEntry, kind: str, payload: Any, attempts: int) -> None:
+    def _complete_entry(self, entry: RecordEntry, kind: Outcome, payload: Any, attempts: int) -> None:
         """Record the one outcome of ``entry``; a failure fails the operator or becomes a dead letter."""
-        if kind == "failure":
-            kind, payload = "dead_letter", self._failure(entry, payload, attempts)
+        if kind is Outcome.FAILURE:
+            kind, payload = Outcome.DEAD_LETTER, self._failure(entry, payload, attempts)
         entry.kind = kind
         entry.payload = payload
         self.queue.on_complete(entry)
@@ -308,7 +308,7 @@ class AsyncQueueOperator(StreamOperator):
             while (entry := pop_completed()) is not None:
                 if isinstance(entry, RecordEntry):
                     payload = entry.payload
-                    if entry.kind != "dead_letter" and len(payload) == 1:
+                    if entry.kind is not Outcome.DEAD_LETTER and len(payload) == 1:
                         # The usual case, here and not in _emit: one result, which keeps the
                         # record's event time and origin.
                         record = entry.record
@@ -344,7 +344,7 @@ class AsyncQueueOperator(StreamOperator):
             self.output.emit_watermark_status(entry.status)
             return
         record = entry.record
-        if entry.kind == "dead_letter":
+        if entry.kind is Outcome.DEAD_LETTER:
             error: RecordError = entry.payload
             self.metrics.dead_letters += 1
             self.output.collect_side(
