@@ -349,6 +349,7 @@ def chaos(target: str, kills: int, every: str, first: str | None, interval: str,
     key = list(keys) or [expected.column_names[0]]
     report = compare_outputs(expected, actual, key)
     report.kills, report.restarts, report.recoveries_s = monkey.kills, result.restarts, result.recoveries_s
+    report.failures = result.failures = monkey.explain(result.failures)
     # Ray prints its processes' log lines (a raylet's warnings) from a thread of its own, at any
     # time while connected: disconnect first, so that the report, and its JSON line last, is whole.
     ray.shutdown()

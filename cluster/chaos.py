@@ -17,8 +17,12 @@ Only operator and source actors are killed, never the job's checkpoint coordinat
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import random
+import re
+import sys
 import threading
 import time
 from collections import Counter
@@ -75,15 +79,36 @@ def kill_actor(job: str, operator: str | None = None, *, rng: random.Random | No
 
     Instances of an older attempt, still being torn down after a failure, are left alone: killing
     one would cost no restart of its own."""
+    killed = _kill(job, operator, rng or random.Random(), None)
+    return killed[0] if killed else None
+
+
+def _kill(job: str, operator: str | None, rng: random.Random, pids: dict[int, str] | None) -> tuple[str, int | None] | None:
+    """``kill_actor``; with ``pids``, the victim's process id is noted there first."""
     names = _newest_attempt([n for n in live_instances(job) if _is_of(job, n, operator)])
     if not names:
         return None
-    name = (rng or random).choice(names)
+    name = rng.choice(names)
     try:
-        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+        actor = ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:  # it went meanwhile
         return None
-    return name
+    pid = _pid_of(actor, name, pids) if pids is not None else None
+    ray.kill(actor, no_restart=True)
+    return name, pid
+
+
+def _own_pid(_actor: Any) -> int:
+    return os.getpid()
+
+
+def _pid_of(actor: Any, name: str, pids: dict[int, str]) -> int | None:
+    try:
+        pid = ray.get(actor.__ray_call__.remote(_own_pid), timeout=10)
+    except Exception:  # noqa: BLE001 - gone or slow: its death is then reported in Ray's words only
+        return None
+    pids[pid] = name
+    return pid
 
 
 def _newest_attempt(names: list[str]) -> list[str]:
@@ -109,6 +134,7 @@ class ChaosReport:
     restarts: int = 0
     recoveries_s: list[float] = field(default_factory=list)
     examples: dict[str, list[Any]] = field(default_factory=dict)  # a few keys of each kind
+    failures: list[str] = field(default_factory=list)  # the run's, as ChaosMonkey.explain says them
 
     @property
     def exact(self) -> bool:
@@ -131,6 +157,8 @@ class ChaosReport:
         ]
         for at, name in self.kills:
             out.append(f"  killed {name} at {at:.1f} s")
+        for i, failure in enumerate(self.failures, 1):
+            out.append(f"  restart {i}: {failure}")
         for i, seconds in enumerate(self.recoveries_s, 1):
             out.append(f"  recovery {i}: {seconds:.2f} s")
         for kind, keys in self.examples.items():
@@ -217,23 +245,50 @@ class ChaosMonkey:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"chaos-{job}", daemon=True)
         self.kills: list[tuple[float, str]] = []
+        self.killed_pids: dict[int, str] = {}  # process id -> instance, for the console's death notices
         self.failed_strikes: Counter[str] = Counter()  # cause -> how many kills failed with it
         self.error: BaseException | None = None
         self._started = 0.0
 
     def __enter__(self) -> "ChaosMonkey":
         self._started = time.monotonic()
+        self._streams = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = _ChaosNotices(sys.stdout, self), _ChaosNotices(sys.stderr, self)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
+        if isinstance(sys.stdout, _ChaosNotices) and sys.stdout.monkey is self:
+            sys.stdout = self._streams[0]
+        if isinstance(sys.stderr, _ChaosNotices) and sys.stderr.monkey is self:
+            sys.stderr = self._streams[1]
         if self.failed_strikes:
             _log.warning("chaos on job %r: %d kill(s) failed and were tried again: %s", self.job,
                          sum(self.failed_strikes.values()), dict(self.failed_strikes))
         if self.error is not None and exc[0] is None:
             raise self.error
+
+    def how(self, name: str) -> str | None:
+        """How this monkey killed the instance ``name``: ``"at 3.1 s, at the moment 'snapshot'"``;
+        None if it did not."""
+        for at, killed in self.kills:
+            if killed == name:
+                return f"at {at:.1f} s" + (f", at the moment {self.moment!r}" if self.moment else "")
+        return None
+
+    def explain(self, failures: list[str]) -> list[str]:
+        """``JobResult.failures`` with each failure this monkey caused said so, in place of Ray's
+        words: Ray reports a process that ends at a chaos moment as a worker that died of an
+        unexpected system error, perhaps the OOM killer, and would send a reader looking for a
+        memory problem. ``result.failures = monkey.explain(result.failures)``."""
+        explained = []
+        for failure in failures:
+            name = failure.partition(": ")[0]
+            how = self.how(name)
+            explained.append(failure if how is None else f"{name}: killed by the chaos tool {how}")
+        return explained
 
     def _run(self) -> None:
         try:
@@ -294,14 +349,17 @@ class ChaosMonkey:
 
     def _strike(self) -> str | None:
         if self.moment is None:
-            return kill_actor(self.job, self.operator, rng=self._rng)
+            killed = _kill(self.job, self.operator, self._rng, self.killed_pids)
+            return killed[0] if killed else None
         names = _newest_attempt([n for n in live_instances(self.job) if _is_of(self.job, n, self.operator)
                                  and not n.startswith(f"{self.job}/source[")])
         if not names:
             return None
         name = self._rng.choice(names)
         try:
-            armed = ray.get(ray.get_actor(name, namespace=NAMESPACE).arm_chaos.remote(self.moment), timeout=10)
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+            _pid_of(actor, name, self.killed_pids)
+            armed = ray.get(actor.arm_chaos.remote(self.moment), timeout=10)
         except RayActorError:  # armed, and at the moment already before its answer left
             return name
         except Exception:  # noqa: BLE001 - it went meanwhile, or is slow; try again next time
@@ -315,3 +373,43 @@ class ChaosMonkey:
                 return name
             time.sleep(0.1)
         return None
+
+
+# Ray's notice of a worker that ended at a chaos moment: its driver prints it, naming the pid.
+_DEATH_NOTICE = re.compile(r"A worker died or was killed .*Worker PID: (\d+)")
+
+
+class _ChaosNotices(io.TextIOBase):
+    """The console while a monkey runs: Ray's notice that a worker it killed "died or was killed
+    by an unexpected system error" (and "perhaps by the OOM killer") says instead that the chaos
+    tool killed it; every other write passes unchanged. Ray prints the notice from its own thread
+    to ``sys.stdout`` or ``sys.stderr`` as they are at the time."""
+
+    def __init__(self, stream: Any, monkey: ChaosMonkey) -> None:
+        self.stream, self.monkey = stream, monkey
+
+    def write(self, text: str) -> int:
+        match = _DEATH_NOTICE.search(text)
+        name = self.monkey.killed_pids.get(int(match.group(1))) if match else None
+        if name is not None:
+            moment = self.monkey.moment
+            how = self.monkey.how(name) or (f"at the moment {moment!r}" if moment else "just now")
+            text = (f"(chaos) {name} (pid {match.group(1)}) was killed by the chaos tool {how}: not by the OOM killer "
+                    "or a crash, which Ray's notice of its death cannot tell apart")
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.stream.encoding
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)

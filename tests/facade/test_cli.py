@@ -264,3 +264,15 @@ def test_status_watch_shows_that_a_job_died_and_its_watermark_as_a_time(ray_sess
         watch.send_signal(signal.SIGINT)
         watch.wait(30)
     assert watch.returncode == 130, watch.stderr.read()[-3000:]
+
+
+def test_a_chaos_kill_at_a_moment_is_said_to_be_the_chaos_tools_not_the_oom_killers(ray_session):
+    done = _actorflow("chaos", "--kills", "1", "--every", "1s", "--checkpoint-interval", "300ms", "--moment", "snapshot",
+                      "--address", ray.get_runtime_context().gcs_address, "examples.pipelines:steady_users", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    # Ray's notice of the death, if it came, is said in the chaos tool's words.
+    assert "OOM killer" not in output.replace("not by the OOM killer", ""), output[-3000:]
+    assert "A worker died or was killed" not in output, output[-3000:]
+    (killed,) = re.findall(r"  killed (steady-users/tag\[\d/2\]) at (\d+\.\d) s", done.stdout)
+    assert f"  restart 1: {killed[0]}: killed by the chaos tool at {killed[1]} s, at the moment 'snapshot'" in done.stdout
