@@ -52,10 +52,12 @@ def main() -> None:
 @click.option("--checkpoint-interval", "interval", default="5s", show_default=True,
               help="time between checkpoints, with --checkpoint-dir or --resume-from")
 @click.option("--resume-from", default=None, help="start from the latest checkpoint of an earlier run (its job directory)")
+@click.option("--output", default=None, metavar="PATH", help="write the output as Parquet to this new directory "
+              "(a path or pyarrow.fs URI); with checkpoints, only what the job's checkpoints committed")
 @click.option("--overwrite", is_flag=True, help="with --checkpoint-dir: delete the checkpoints of an earlier run of the "
               "job that did not finish, and start afresh")
 def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | None, interval: str,
-        resume_from: str | None, overwrite: bool) -> None:
+        resume_from: str | None, output: str | None, overwrite: bool) -> None:
     """Run the pipeline MODULE:PIPELINE (a DataStream, or a function that returns one) to its end.
 
     Ctrl-C stops it, and names its last complete checkpoint and the command that resumes from it.
@@ -71,6 +73,8 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
     if resume_from is not None:
         _check_job_directory(resume_from, getattr(found, "job_name", None))
         settings["resume_from"] = resume_from
+    if output is not None:
+        _check_output(output)
     _connect(address)
     stream = _as_stream(target, found)
     from actorflow.operators.errors import JobFailedError
@@ -89,11 +93,18 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
             out: Any = stream.to_spark(progress=progress, **settings)  # one DataFrame: no dead letters were asked for
             rows = out.count()
             click.echo(f"{target}: {rows:,} rows out, as a Spark DataFrame of {out.columns}")
+            if output is not None and resume is None:
+                out.write.parquet(output)  # Spark's own commit: _SUCCESS once every file is in place
+                click.echo(f"output: {rows:,} rows as Parquet in {output} (written by Spark)")
+            elif output is not None:
+                _write_output(output, resume, stream.last_result)
         else:
             result = stream.execute(progress=progress, **settings)
             click.echo(f"{target}: job {result.job!r}, {result.input_rows:,} records in, "
                        f"{result.output_rows:,} records out"
                        + (f", {result.restarts} restarts" if result.restarts else ""))
+            if output is not None:
+                _write_output(output, resume, result)
     except JobFailedError as error:
         raise click.ClickException(str(error)) from error
     except KeyboardInterrupt:
@@ -102,6 +113,33 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
 
     click.echo(f"finished in {time.perf_counter() - started:.1f} s on the Ray cluster at "
                f"{ray.get_runtime_context().gcs_address}")
+
+
+def _check_output(path: str) -> None:
+    import pyarrow.fs as pafs
+
+    try:
+        filesystem, where = pafs.FileSystem.from_uri(path)
+    except (ValueError, OSError):
+        filesystem, where = pafs.LocalFileSystem(), os.path.abspath(path)
+    info = filesystem.get_file_info(where)
+    if info.type == pafs.FileType.File or (
+            info.type == pafs.FileType.Directory and filesystem.get_file_info(pafs.FileSelector(where))):
+        raise _Usage(f"--output {path} exists; give a new directory (the output is never written over another)")
+
+
+def _write_output(path: str, checkpoints: tuple[Any, str] | None, result: Any) -> None:
+    """The job's output as Parquet in ``path``: with checkpoints, what they committed, epoch by
+    epoch (``TwoPhaseOutput.export_parquet``); without, the output the job returned."""
+    import ray
+
+    from actorflow.cluster.checkpoints.sink import TwoPhaseOutput, export_tables
+
+    if checkpoints is not None:
+        rows, files = TwoPhaseOutput(checkpoints[0]).export_parquet(path, len(result.tables))
+    else:
+        rows, files = export_tables(path, ray.get(result.tables))
+    click.echo(f"output: {rows:,} rows in {files} Parquet file{'s' if files != 1 else ''} in {path}")
 
 
 def _fresh_job(job: str, checkpoint_dir: str, overwrite: bool) -> tuple[Any, str]:

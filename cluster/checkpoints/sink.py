@@ -30,6 +30,7 @@ Threading model: ``stage`` runs in the writing actor (from a worker thread); ``c
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from typing import Any
@@ -37,10 +38,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 from .storage import CheckpointStorage
 
-__all__ = ["FINAL_EPOCH", "TwoPhaseOutput"]
+__all__ = ["FINAL_EPOCH", "TwoPhaseOutput", "export_tables", "write_parquet"]
 
 #: The epoch after the last barrier of a bounded input; larger than any checkpoint id.
 FINAL_EPOCH = 2**62
@@ -116,6 +118,28 @@ class TwoPhaseOutput:
             return None
         return pa.concat_tables(tables, promote_options="permissive")
 
+    def export_parquet(self, path: str, instances: int) -> tuple[int, int]:
+        """Write the committed output of ``instances`` last-stage instances as Parquet under
+        ``path`` (a directory; a path or ``pyarrow.fs`` URI); returns (rows, files).
+
+        One file per committed epoch and instance, ``part-<instance>-<epoch>.parquet``, each
+        written under a temporary name and moved into place, and ``_SUCCESS`` last, as the sink
+        commits: a reader that finds ``_SUCCESS`` finds the whole output, and never a row of an
+        epoch that was not committed. An export repeated after a crash writes the same files.
+        """
+        filesystem, root = _filesystem(path)
+        filesystem.create_dir(root, recursive=True)
+        rows = files = 0
+        for instance in range(instances):
+            for epoch in self.committed_epochs(instance):
+                with self.filesystem.open_input_stream(f"{self._instance_dir(instance)}/{epoch:020d}{_COMMITTED}") as stream:
+                    table = ipc.open_stream(stream).read_all()
+                write_parquet(filesystem, f"{root}/part-{instance:05d}-{epoch:020d}.parquet", table)
+                rows, files = rows + table.num_rows, files + 1
+        with filesystem.open_output_stream(f"{root}/_SUCCESS"):
+            pass
+        return rows, files
+
     def clear(self) -> None:
         """Remove all output (a run that starts afresh)."""
         if self.filesystem.get_file_info(self.directory).type == pafs.FileType.Directory:
@@ -128,3 +152,33 @@ class TwoPhaseOutput:
         directory = self.directory if instance is None else self._instance_dir(instance)
         selector = pafs.FileSelector(directory, recursive=instance is None, allow_not_found=True)
         return [i for i in self.filesystem.get_file_info(selector) if i.type == pafs.FileType.File]
+
+
+def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+    try:
+        filesystem, root = pafs.FileSystem.from_uri(path)
+    except (ValueError, OSError):
+        filesystem, root = pafs.LocalFileSystem(), os.path.abspath(path)
+    return filesystem, root.rstrip("/")
+
+
+def write_parquet(filesystem: pafs.FileSystem, path: str, table: pa.Table) -> None:
+    """Write ``table`` as one Parquet file at ``path``, under a temporary name moved into place."""
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    pq.write_table(table, temporary, filesystem=filesystem)
+    filesystem.move(temporary, path)
+
+
+def export_tables(path: str, tables: list[pa.Table | None]) -> tuple[int, int]:
+    """Write a job's output without checkpoints, one table per last-stage instance, as
+    ``export_parquet`` does (``part-<instance>.parquet``, then ``_SUCCESS``); returns (rows, files)."""
+    filesystem, root = _filesystem(path)
+    filesystem.create_dir(root, recursive=True)
+    rows = files = 0
+    for instance, table in enumerate(tables):
+        if table is not None and table.num_rows:
+            write_parquet(filesystem, f"{root}/part-{instance:05d}.parquet", table)
+            rows, files = rows + table.num_rows, files + 1
+    with filesystem.open_output_stream(f"{root}/_SUCCESS"):
+        pass
+    return rows, files

@@ -276,3 +276,25 @@ def test_a_chaos_kill_at_a_moment_is_said_to_be_the_chaos_tools_not_the_oom_kill
     assert "A worker died or was killed" not in output, output[-3000:]
     (killed,) = re.findall(r"  killed (steady-users/tag\[\d/2\]) at (\d+\.\d) s", done.stdout)
     assert f"  restart 1: {killed[0]}: killed by the chaos tool at {killed[1]} s, at the moment 'snapshot'" in done.stdout
+
+
+@pytest.mark.parametrize("checkpoints", [False, True], ids=["plain", "checkpointed"])
+def test_run_writes_the_output_as_parquet_and_says_where(ray_session, tmp_path, checkpoints):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    args = ["run", "examples.pipelines:tagged_users", "--no-progress", "--output", str(out),
+            "--address", ray.get_runtime_context().gcs_address]
+    if checkpoints:
+        args += ["--checkpoint-dir", str(tmp_path / "chk"), "--checkpoint-interval", "100ms"]
+    done = _actorflow(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = pq.read_table(str(out))
+    assert sorted(table.column("user").to_pylist()) == list(range(2_000))
+    assert sorted(table.column("tag").to_pylist()) == sorted(f"user-{i}" for i in range(2_000))
+    assert (out / "_SUCCESS").exists()
+    files = len(list(out.glob("part-*.parquet")))
+    assert f"output: 2,000 rows in {files} Parquet file{'s' if files != 1 else ''} in {out}" in done.stdout
+
+    again = _actorflow(*args)
+    assert again.returncode == 2 and f"--output {out} exists" in again.stderr, again.stderr[-2000:]
