@@ -390,11 +390,12 @@ class _ChaosNotices(io.TextIOBase):
 
     def write(self, text: str) -> int:
         match = _DEATH_NOTICE.search(text)
-        name = self.monkey.killed_pids.get(int(match.group(1))) if match else None
+        pid = int(match.group(1)) if match else None
+        name = self.monkey.killed_pids.get(pid) if pid is not None else None
         if name is not None:
             moment = self.monkey.moment
             how = self.monkey.how(name) or (f"at the moment {moment!r}" if moment else "just now")
-            text = (f"(chaos) {name} (pid {match.group(1)}) was killed by the chaos tool {how}: not by the OOM killer "
+            text = (f"(chaos) {name} (pid {pid}) was killed by the chaos tool {how}: not by the OOM killer "
                     "or a crash, which Ray's notice of its death cannot tell apart")
         return self.stream.write(text)
 
