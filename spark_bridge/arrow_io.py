@@ -53,11 +53,13 @@ TablesOrRefs = Union[Sequence[pa.Table], Sequence["ray.ObjectRef"]]
 
 # An input partition above this (by Spark's estimate) is split before it goes to Ray.
 _MAX_INPUT_PARTITION_BYTES = 64 * 1024 * 1024
-# The Spark RDDs that cache the snapshots of each user's DataFrame, for release_dataframe().
-_snapshots: dict[Any, list[int]] = {}
+# The Spark RDDs that cache the snapshots of each user's DataFrame, for release_dataframe(): the
+# owner of each snapshot (or None) and its RDD. Threads that read one DataFrame at once share it.
+_snapshots: dict[Any, list[tuple[object | None, int]]] = {}
+_snapshots_lock = threading.Lock()
 
 
-def dataframe_to_blocks(df: DataFrame) -> list[tuple[ray.ObjectRef, int]]:
+def dataframe_to_blocks(df: DataFrame, *, owner: object | None = None) -> list[tuple[ray.ObjectRef, int]]:
     """Snapshot a Spark DataFrame into Arrow blocks in Ray's object store: ``(block, rows)`` each.
 
     Block ``i`` holds Spark partition ``i``, rows in partition order, so reading the blocks in
@@ -65,7 +67,8 @@ def dataframe_to_blocks(df: DataFrame) -> list[tuple[ray.ObjectRef, int]]:
     split into ranges of consecutive rows first. The snapshot is cached in Spark (memory and
     disk, as Arrow) until ``release_dataframe(df)`` or the end of the Spark session; a lost block
     is rebuilt from that cache by Ray's lineage, so replays see the same rows even if ``df`` is
-    not deterministic.
+    not deterministic. ``owner`` names this snapshot for ``release_dataframe(df, owner)``, which
+    then frees it alone, and no other snapshot of ``df`` that another reader still fetches from.
 
     Spark caches the partitions through RayDP's JVM side; a few Ray tasks (``_fetch_groups``) then
     fetch them from the executors, each a contiguous run of partitions, one block a partition.
@@ -85,7 +88,8 @@ def dataframe_to_blocks(df: DataFrame) -> list[tuple[ray.ObjectRef, int]]:
     context = df.sparkSession.sparkContext
     writer = _object_store_writer(context)
     info = writer.prepareRecoverableRDD(source._jdf, context._getJavaStorageLevel(StorageLevel.MEMORY_AND_DISK))
-    _snapshots.setdefault(df, []).append(info.rddId())
+    with _snapshots_lock:
+        _snapshots.setdefault(df, []).append((owner, info.rddId()))
     partitions = info.numPartitions()
     if partitions == 0:
         return []
@@ -168,11 +172,14 @@ def _bounded_partitions(df: DataFrame) -> DataFrame:
             .repartitionByRange(wanted, row).sortWithinPartitions(row).drop(row))
 
 
-def release_dataframe(df: DataFrame) -> None:
-    """Free the Spark-side snapshot that ``dataframe_to_blocks(df)`` cached.
+def release_dataframe(df: DataFrame, owner: object | None = None) -> None:
+    """Free the Spark-side snapshots that ``dataframe_to_blocks(df)`` cached: all of them, or
+    with ``owner`` only those made for it.
 
     Call it once no reader needs to rebuild the blocks; afterwards a lost block cannot be
-    recovered. Unknown DataFrames are ignored.
+    recovered. Unknown DataFrames are ignored. Two jobs that read one DataFrame at once each
+    free their own snapshot: freeing the other's while its blocks are still being fetched made
+    RayDP fail that job ("Still cannot get the block after recache!").
 
     Example::
 
@@ -180,7 +187,12 @@ def release_dataframe(df: DataFrame) -> None:
         rows = sum(n for _, n in blocks)
         release_dataframe(df)
     """
-    rdd_ids = _snapshots.pop(df, [])
+    with _snapshots_lock:
+        taken = _snapshots.pop(df, [])
+        kept = [entry for entry in taken if owner is not None and entry[0] is not owner]
+        if kept:
+            _snapshots[df] = kept
+    rdd_ids = [rdd_id for entry_owner, rdd_id in taken if owner is None or entry_owner is owner]
     context = df.sparkSession.sparkContext
     if getattr(context, "_jsc", None) is None:
         return  # the session stopped, and freed everything with it

@@ -405,6 +405,7 @@ def from_spark(
         else:
             stream._null_event_times = (timestamp_column, nulls.count, lambda: nulls.first().asDict())
     snapshot: list[Any] = []
+    owner = object()  # this stream's snapshot, apart from those of other streams over df
 
     cluster = active_cluster(df.sparkSession)
 
@@ -415,7 +416,7 @@ def from_spark(
             if cluster is not None:
                 snapshot.append(write_input(cluster, df, input_schema))
             else:
-                blocks = dataframe_to_blocks(df)
+                blocks = dataframe_to_blocks(df, owner=owner)
                 snapshot.append(([b for b, _ in blocks], [n for _, n in blocks]))
         return snapshot[0]
 
@@ -424,7 +425,7 @@ def from_spark(
         # The snapshot's blocks go with the last stream over this source; so must Spark's cached
         # copy of them (a no-op if the stream never ran).
         # At exit there is nothing to do: Spark stops and frees it.
-        weakref.finalize(stream.graph.source, release_dataframe, df).atexit = False
+        weakref.finalize(stream.graph.source, release_dataframe, df, owner).atexit = False
     return stream
 
 
