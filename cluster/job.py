@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -318,11 +319,16 @@ def _open_checkpoints(job: str, config: CheckpointConfig) -> tuple[JobCheckpoint
 
 def _finish_checkpoints(storage: CheckpointStorage, config: CheckpointConfig) -> None:
     """A job that ended well removes its own checkpoints (see ``_own_checkpoints``), or marks
-    them finished, so that its next fresh run may start over them."""
-    if _own_checkpoints(config):
-        storage.filesystem.delete_dir(storage.directory)
-    else:
-        storage.mark_finished()
+    them finished, so that its next fresh run may start over them. Neither fails the job, whose
+    output is delivered: a directory left unmarked is refused to a fresh run, which says why."""
+    try:
+        if _own_checkpoints(config):
+            storage.filesystem.delete_dir(storage.directory)
+        else:
+            storage.mark_finished()
+    except OSError as error:
+        warnings.warn(f"job {storage.job!r} ended well, but its checkpoints in {storage!r} could not be "
+                      f"{'removed' if _own_checkpoints(config) else 'marked finished'}: {error}", stacklevel=2)
 
 
 def _jobs_with_checkpoints(filesystem: Any, directory: str) -> list[str]:
