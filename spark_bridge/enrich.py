@@ -234,7 +234,8 @@ def _check_numbers(*, capacity: Any, timeout_ms: Any, parallelism: Any, queue_ca
                    batch_timeout_ms: Any, checkpoint_interval_ms: Any) -> None:
     """``enrich()``'s numbers, each refused by name before any of them is used: the default queue
     depth computed from a ``capacity="10"`` would otherwise fail as a bare TypeError."""
-    check_int("batch_size", batch_size, 1, optional=True)
+    if batch_size is not None:  # None is the default (one row a call), never a mistake worth naming
+        check_int("batch_size", batch_size, 1)
     if batch_size is None:
         check_int("capacity", capacity, 1)
     else:

@@ -33,7 +33,7 @@ def _rows(spark, n: int = 6):
         ({"parallelism": "2"}, "parallelism must be an int >= 1 (or None for one per core, up to 4), got '2' (a str)"),
         ({"capacity": 10, "queue_capacity": 5}, "queue_capacity must be an int >= capacity (10), got 5"),
         ({"queue_capacity": "500"}, "queue_capacity must be an int >= capacity (100), got '500' (a str)"),
-        ({"batch_size": "8"}, "batch_size must be an int > 0 or None, got '8' (a str)"),
+        ({"batch_size": "8"}, "batch_size must be an int > 0, got '8' (a str)"),
         ({"batch_size": 8, "batch_timeout_ms": 0.5}, "batch_timeout_ms must be an int > 0 or None, got 0.5 (a float)"),
         ({"batch_size": 8, "capacity": "4"}, "capacity (batches in flight) must be > 0, got '4' (a str)"),
         ({"checkpoint_interval_ms": "10s"}, "checkpoint_interval_ms must be an int >= 10, None or 'auto', got '10s'"),
