@@ -20,10 +20,11 @@ from actorflow.cluster.job import CheckpointConfig, JobResult, run_job
 from actorflow.cluster.job_graph import JobGraph, SourceNode
 from actorflow.cluster.warm_workers import prestart_task_workers, prestart_workers
 from actorflow.operators.async_wait_operator import DEAD_LETTER, DeadLetter
-from actorflow.actors.arrow_rows import SchemaTracker, conform_table, unify_output_schemas
+from actorflow.actors.arrow_rows import unify_output_schemas
 from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError, describe_value
 
 from .arrow_io import dataframe_to_blocks, release_dataframe, tables_to_dataframe
+from .diagnostics import diagnosed_dataframe, diagnostic_names, late_records_to_dataframe
 from .session import check_dataframe, ensure_ray
 from .spark_cluster import active_cluster, write_input
 
@@ -190,7 +191,8 @@ class SparkDataStream(DataStream):
     def get_side_output(self, tag: str) -> "DataFrame":
         """The records of side output ``tag`` (a window's late data) from the last ``to_spark()``,
         with the columns and types of the input, and those that operators before the window added
-        (inferred from the records: an empty side output has the input's columns alone).
+        (inferred from the records: an empty side output has the input's columns alone), then why
+        each was late: ``late_reason``, ``late_windows`` (start and end ms) and ``late_watermark_ms``.
 
         >>> counts = stream.key_by("country").window(w).side_output_late_data("late").count()  # doctest: +SKIP
         >>> df = counts.to_spark(); late = counts.get_side_output("late")                       # doctest: +SKIP
@@ -202,7 +204,7 @@ class SparkDataStream(DataStream):
             raise ConfigurationError(
                 f"no side output {tag!r}; this stream has {sorted(t for t in result.side_outputs if t != DEAD_LETTER)}"
             )
-        return records_to_dataframe(self._spark, result.side_outputs[tag], self._input_schema)
+        return late_records_to_dataframe(self._spark, result.side_outputs[tag], self._input_schema)
 
 
 def check_output_names(spark: "SparkSession", schema: pa.Schema) -> None:
@@ -286,32 +288,13 @@ def last_job() -> JobResult:
     return _last_job
 
 
-def records_to_dataframe(spark: "SparkSession", values: list[Any], input_schema: pa.Schema) -> "DataFrame":
-    """Records (dicts) as a DataFrame whose columns keep the input's types; new columns are inferred."""
-    if not values:
-        return tables_to_dataframe(spark, [input_schema.empty_table()], input_schema)
-    table = SchemaTracker(input_schema).table([dict(v) if isinstance(v, dict) else {"value": v} for v in values])
-    schema = pa.unify_schemas([input_schema, table.schema], promote_options="permissive")
-    columns = [f for f in schema if f.name in table.column_names or f.name in input_schema.names]
-    target = pa.schema(columns)
-    return tables_to_dataframe(spark, [conform_table(table, target)], target)
-
-
 def dead_letter_names(record_columns: list[str]) -> dict[str, str]:
     """The dead-letter column for each diagnostic field, never one of the record's own columns.
 
     >>> dead_letter_names(["id", "error"])["error"]
     'dead_letter_error'
     """
-    taken = set(record_columns)
-    names = {}
-    for field in DEAD_LETTER_FIELDS:
-        name = field.name
-        while name in taken:
-            name = f"dead_letter_{name}"
-        taken.add(name)
-        names[field.name] = name
-    return names
+    return diagnostic_names(record_columns, DEAD_LETTER_FIELDS, prefix="dead_letter_", always=False)
 
 
 def _with_null_rows(letters: "DataFrame", rows: "DataFrame", column: str) -> "DataFrame":
@@ -328,23 +311,14 @@ def _with_null_rows(letters: "DataFrame", rows: "DataFrame", column: str) -> "Da
 
 def dead_letters_to_dataframe(spark: "SparkSession", letters: list[DeadLetter], input_schema: pa.Schema) -> "DataFrame":
     """The failed records with their own columns and types, then why each failed."""
-    records = SchemaTracker(input_schema).table(
-        [dict(letter.value) if isinstance(letter.value, dict) else {"value": letter.value} for letter in letters]
-    ) if letters else input_schema.empty_table()
-    record_schema = pa.unify_schemas([input_schema, records.schema], promote_options="permissive")
-    names = dead_letter_names(record_schema.names)
-    schema = pa.schema(list(record_schema) + [f.with_name(names[f.name]) for f in DEAD_LETTER_FIELDS])
-    diagnostics = {
-        names["error_type"]: [letter.error_type for letter in letters],
-        names["error"]: [letter.error for letter in letters],
-        names["attempts"]: [letter.attempts for letter in letters],
-        names["operator"]: [letter.operator for letter in letters],
+    said: dict[str, list[Any]] = {
+        "error_type": [letter.error_type for letter in letters],
+        "error": [letter.error for letter in letters],
+        "attempts": [letter.attempts for letter in letters],
+        "operator": [letter.operator for letter in letters],
     }
-    table = conform_table(records, record_schema, fill_missing=True)
-    for field in schema:
-        if field.name in diagnostics:
-            table = table.append_column(field, pa.array(diagnostics[field.name], type=field.type))
-    return tables_to_dataframe(spark, [table], schema)
+    return diagnosed_dataframe(spark, [letter.value for letter in letters], input_schema, DEAD_LETTER_FIELDS, said,
+                               prefix="dead_letter_", always=False)
 
 
 def from_spark(
@@ -403,7 +377,7 @@ def from_spark(
             stream._null_rows = (nulls, timestamp_column)
             df = df.filter(df[timestamp_column].isNotNull())
         else:
-            stream._null_event_times = (timestamp_column, nulls.count, lambda: nulls.first().asDict())
+            stream._null_event_times = (timestamp_column, nulls.count, lambda: _as_dict(nulls.first()))
     snapshot: list[Any] = []
     owner = object()  # this stream's snapshot, apart from those of other streams over df
 
@@ -427,6 +401,10 @@ def from_spark(
         # At exit there is nothing to do: Spark stops and frees it.
         weakref.finalize(stream.graph.source, release_dataframe, df, owner).atexit = False
     return stream
+
+
+def _as_dict(row: Any) -> Any:
+    return None if row is None else row.asDict()  # None: the nulls were counted, then gone (a changing source)
 
 
 def default_parallelism() -> int:
