@@ -27,34 +27,29 @@ Input
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import functools
 import gc
 import os
-import pickle
-import functools
-import time
-from dataclasses import dataclass
 from collections.abc import AsyncIterator
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
 
 from actorflow.operators.clock import SystemClock
 from actorflow.operators.errors import ActorflowError, portable
-from actorflow.operators.async_batch_operator import AsyncBatchWaitOperator
-from actorflow.operators.async_wait_operator import AsyncWaitOperator
 from actorflow.operators.channel_items import END_OF_INPUT, ChannelItem, Partitioning, Records
-from actorflow.operators.elements import MAX_WATERMARK, MIN_TIMESTAMP, CheckpointBarrier
 from actorflow.operators.coroutine_runner import AsyncioCoroutineRunner
 from actorflow.operators.mailbox_processor import DefaultActionController, MailboxProcessor
 from actorflow.operators.operator import OperatorChain, OperatorContext, StreamOperator, no_fault_point
 from actorflow.operators.stream_task import Rows, StreamTask
 
 from .arrow_rows import is_bare, table_to_rows
+from .chain_spec import ChainSpec
 from .channel import ChannelSender, InputGate
+from .instance_checkpoints import InstanceCheckpoints
+from .instance_figures import InstanceFigures, async_operators
 from .metrics import OperatorMetricsExporter
 from .keys import KeyRouter, as_router
-from .naming import instance_name, task_name
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner, pre_aggregator
 from .processing_time import AsyncioProcessingTimeService
 from .source_actor import BlockReader, LocalChannel, route_items
@@ -64,49 +59,6 @@ from .upstream.cpython import relax_collector
 from .upstream.ray import bind_private_methods, current_runtime_env
 
 __all__ = ["ChainSpec", "OperatorActor"]
-
-
-@dataclass
-class ChainSpec:
-    """What one operator actor runs, and how it talks to its neighbours."""
-
-    job: str
-    name: str
-    index: int
-    parallelism: int
-    num_inputs: int
-    operator_factories: list[Callable[[], StreamOperator]]
-    partitioning: Partitioning = Partitioning.FORWARD
-    key: Callable[[Any], Any] | None = None
-    # With hash partitioning: the factory of the next stage's head operator, whose
-    # pre_aggregate a batch may go through before the split (a keyed window stage).
-    downstream_head: Callable[[], StreamOperator] | None = None
-    output_schema: pa.Schema | None = None
-    input_schema: pa.Schema | None = None  # the source's column types, which output columns keep
-    batch_size: int = 2048
-    input_capacity: int = 4
-    outbox_capacity: int = 8
-    credits: int = 4
-    rows_per_round: int = 256
-    mails_per_round: int = 4
-    linger_ms: int = 20
-    # A checkpointed job: where states and output epochs go (``write_state``, ``read_state``,
-    # ``stage``), who is told of each snapshot, the attempt, and the checkpoint to restore.
-    checkpoints: Any = None
-    coordinator: Any = None
-    attempt: int = 0
-    restore: int | None = None
-
-    def __post_init__(self) -> None:
-        self.partitioning = Partitioning(self.partitioning)
-
-    @property
-    def instance_name(self) -> str:
-        return instance_name(self.job, self.name, self.index, self.parallelism, self.attempt)
-
-    @property
-    def task(self) -> str:
-        return task_name(self.name, self.index, self.parallelism)
 
 
 class OperatorActor:
@@ -130,12 +82,9 @@ class OperatorActor:
         self._local_sink: LocalSink | None = None
         self._side_outputs: dict[str, list[Any]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._reader_states: dict[int, Any] = {}  # the chained source's position at each barrier
+        self._checkpoints = InstanceCheckpoints(spec)
+        self._figures = InstanceFigures(self.name, spec.attempt, self._chain, self._task, self._gate, self._clock)
         self._armed: str | None = None  # a chaos moment at which this process ends
-        self._backpressured_ms = 0  # time the output could not leave (the outbox was full)
-        self._backpressured_since: int | None = None
-        self._checkpoints_done = 0
-        self._cpu_at_start: tuple[float, float] | None = None  # (event-loop thread, process) CPU seconds
         # A full collection takes about 40 ms with Ray, pyarrow and pandas loaded: here it runs
         # while the driver prepares the input, not on the job's critical path in start(). In a
         # prepared worker (cluster.warm_workers) what the imports built is frozen already, and
@@ -177,10 +126,8 @@ class OperatorActor:
             LocalChannel(self._gate, spec.index) if i == spec.index else ChannelSender(peer, spec.index, credits=spec.credits)
             for i, peer in enumerate(peers)
         ]
-        self._restored: dict[str, Any] | None = None
-        if spec.restore is not None:
-            data = await asyncio.to_thread(spec.checkpoints.read_state, spec.restore, spec.task)
-            self._restored = state = pickle.loads(data)
+        self._restored = state = await self._checkpoints.read_restored()
+        if state is not None:
             for channel, items in enumerate(state["input"]):
                 for item in items:
                     self._gate.file(channel, item)
@@ -195,7 +142,7 @@ class OperatorActor:
         self.processor = MailboxProcessor(self._task.default_action)
         self.processor.mailbox.bind_to_current_thread()
         executor = self.processor.executor(0)
-        clock = self._clock = SystemClock()
+        clock = self._clock
         channel_id = 0 if spec.partitioning is Partitioning.FORWARD else spec.index
         senders: list[ChannelSender | LocalSink]
         if self._local_sink is not None:
@@ -237,13 +184,12 @@ class OperatorActor:
         restored = self._restored
         self._chain.initialize_state(None if restored is None else restored["chain"])
         if restored is not None:
-            self._restore_actor_state(restored)
+            self._side_outputs = InstanceCheckpoints.restore(restored, self._task, self._outbox)
         self._chain.open()
         self._chain_open = True  # the operators' metrics and queues exist from here
-        # Called on the event loop's thread, as _figures always is (every caller is on the loop).
-        self._cpu_at_start = (time.thread_time(), time.process_time())
+        self._figures.started(self.processor, self._outbox, self._output)
         self._exporter = OperatorMetricsExporter(spec.job, spec.name, f"{spec.index}/{spec.parallelism}")
-        self._exporter.export(self._figures())
+        self._exporter.export(self._figures.figures())
         # Records are mostly acyclic and freed by reference counting; what was built so far lives
         # as long as the actor. Freezing it and collecting less often keeps the cyclic collector's
         # full passes (tens of ms each) from stalling the event loop under every request. The
@@ -295,7 +241,7 @@ class OperatorActor:
             raise converted  # noqa: B904 - its own __cause__ is the stand-in for the user's error
 
     async def stats(self) -> dict[str, Any]:
-        return self._figures()
+        return self._figures.figures()
 
     async def actor_runtime_env(self) -> str:
         """This process's runtime environment as Ray serialised it (see cluster.warm_workers)."""
@@ -306,25 +252,8 @@ class OperatorActor:
         return self._reader.rows_read if self._reader is not None else self._task.records_in
 
     async def record_progress(self) -> dict[str, Any]:
-        """Records with an outcome (taken in and emitted, filtered or dead-lettered), requests in
-        flight, and how long the oldest of them has been waiting (ms, or None)."""
-        pending = 0
-        in_flight = 0
-        oldest: int | None = None
-        if not hasattr(self, "processor"):  # not started yet
-            return {"done": 0, "in_flight": 0, "oldest_ms": None}
-        for op in self._async_operators():
-            pending += op.records_pending
-            in_flight += op.requests_in_flight
-            started = op.oldest_request_started_ms()
-            if started is not None and (oldest is None or started < oldest):
-                oldest = started
-        now = self._clock.now_ms()
-        return {
-            "done": self._task.records_in - pending,
-            "in_flight": in_flight,
-            "oldest_ms": None if oldest is None else now - oldest,
-        }
+        """Records with an outcome, requests in flight, and the oldest one's wait (ms, or None)."""
+        return self._figures.record_progress()
 
     async def take_table(self) -> pa.Table | None:
         """The last stage's output, in order; None if it produced nothing."""
@@ -370,31 +299,16 @@ class OperatorActor:
 
     async def trigger_checkpoint(self, checkpoint_id: int) -> None:
         """Start checkpoint ``checkpoint_id`` at the chained source this actor reads."""
-        reader = self._reader
-        if reader is None or reader.ended:
-            self.spec.coordinator.decline.remote(self.spec.attempt, checkpoint_id, self.spec.task,
-                                                 "its input has ended" if reader is not None else "it reads no source")
-            return
-        if self._split_channels is not None:
-            await self._between_items.wait()  # the parts of one batch go out before the barrier
-            if reader.ended:
-                self.spec.coordinator.decline.remote(self.spec.attempt, checkpoint_id, self.spec.task, "its input has ended")
-                return
-            self._reader_states[checkpoint_id] = reader.state()
-            for channel in self._split_channels:
-                channel.send_now(CheckpointBarrier(checkpoint_id))
-            return
-        self._reader_states[checkpoint_id] = reader.state()
-        self._gate.file(0, CheckpointBarrier(checkpoint_id))
+        await self._checkpoints.trigger(checkpoint_id, self._reader, self._gate, self._split_channels, self._between_items)
 
     async def checkpoints_done(self) -> int:
         """Snapshots this instance wrote and acknowledged."""
-        return self._checkpoints_done
+        return self._checkpoints.done
 
     async def arm_chaos(self, moment: str) -> bool:
         """End this actor's process when it reaches ``moment`` (see ``cluster.chaos.MOMENTS``);
         False if it never can (no async operator, no window, no checkpoints)."""
-        has_async = bool(self._async_operators())
+        has_async = bool(async_operators(self._chain))
         reachable = {
             "snapshot": self.spec.checkpoints is not None,
             "queue_full": has_async, "retry_wait": has_async, "completion": has_async,
@@ -409,9 +323,6 @@ class OperatorActor:
                 op.context.fault_point = self._chaos_point
         return True
 
-    def _async_operators(self) -> list[AsyncWaitOperator | AsyncBatchWaitOperator]:
-        return [op for op in self._chain.operators if isinstance(op, (AsyncWaitOperator, AsyncBatchWaitOperator))]
-
     def _chaos_point(self, moment: str) -> None:
         if self._armed == moment:
             os._exit(1)  # a crash, as the chaos tool asked: no clean-up, no goodbye
@@ -423,51 +334,15 @@ class OperatorActor:
     async def abort_checkpoint(self, checkpoint_id: int) -> None:
         self._gate.drop_barriers(checkpoint_id)
         self._wake()  # a channel the barrier held may have input, and no push may come to wake the task
-        self._forget_reader_states(up_to=checkpoint_id)
+        self._checkpoints.forget(up_to=checkpoint_id)
         self.processor.executor(0).execute_if_open(
             self._chain.notify_checkpoint_aborted, "checkpoint aborted", checkpoint_id)
 
-    def _forget_reader_states(self, up_to: int) -> None:
-        # A checkpoint taken or aborted ends the wait of every one up to it (k+1 subsumes k).
-        self._reader_states = {k: v for k, v in self._reader_states.items() if k > up_to}
-
     def _snapshot(self, checkpoint_id: int, in_front: list[list[Any]]) -> None:
-        """Take checkpoint ``checkpoint_id`` now, on the mailbox thread, whatever the operator
-        waits for: the rows in hand and the input in front of the barriers are part of the state,
-        and the barrier leaves ahead of the output still queued, which is part of it too."""
-        self._output.flush()  # rows emitted so far belong before the barrier
-        overtaken = self._outbox.put_barrier(checkpoint_id)
-        reader_state = self._reader_states.get(checkpoint_id)
-        self._forget_reader_states(up_to=checkpoint_id)
-        state = {
-            "chain": self._chain.snapshot_state(),
-            **self._task.snapshot_state(),
-            "input": in_front,
-            "output": overtaken,
-            "reader": reader_state,
-            "side_outputs": self._side_outputs,
-        }
-        data = pickle.dumps(state, protocol=5)
-        self._chaos_point("snapshot")
-        staged = None if self._local_sink is None else self._local_sink.staged.pop(checkpoint_id, None)
-        self._spawn(self._acknowledge(checkpoint_id, data, staged), f"writing checkpoint {checkpoint_id}")
-
-    async def _acknowledge(self, checkpoint_id: int, data: bytes, staged: Any) -> None:
-        spec = self.spec
-        size = await asyncio.to_thread(spec.checkpoints.write_state, checkpoint_id, spec.task, data)
-        if size is None:  # aborted meanwhile
-            return
-        if staged is not None:
-            size += await staged
-        self._checkpoints_done += 1
-        spec.coordinator.acknowledge.remote(spec.attempt, checkpoint_id, spec.task, size)
-
-    def _restore_actor_state(self, state: dict[str, Any]) -> None:
-        self._task.restore_state(state)
-        self._side_outputs = state["side_outputs"]
-        for channel, items in enumerate(state["output"]):
-            for item in items:
-                self._outbox.put(channel, item)
+        self._checkpoints.snapshot(
+            checkpoint_id, in_front, chain=self._chain, task=self._task, output=self._output, outbox=self._outbox,
+            side_outputs=self._side_outputs, local_sink=self._local_sink, fault_point=self._chaos_point,
+            spawn=self._spawn)
 
     # -------------------------------------------------------------- mailbox side
 
@@ -482,13 +357,13 @@ class OperatorActor:
             if self._local_sink is not None:
                 self._local_sink.end()
             self._chain.close()
-            return self._figures()
+            return self._figures.figures()
         except BaseException:
             self._abort()
             raise
         finally:
             self._ticker.cancel()
-            self._exporter.export(self._figures())
+            self._exporter.export(self._figures.figures())
 
     def _abort(self) -> None:
         """The failure path: stop reading and sending, close the operators, cancel their tasks."""
@@ -503,9 +378,7 @@ class OperatorActor:
             pass
 
     def _wake(self) -> None:
-        if self._backpressured_since is not None and not self._outbox.is_full():
-            self._backpressured_ms += self._clock.now_ms() - self._backpressured_since
-            self._backpressured_since = None
+        self._figures.output_may_have_room()
         self._task.wake()
 
     def _finished(self, controller: DefaultActionController) -> None:
@@ -525,7 +398,7 @@ class OperatorActor:
             beats += 1
             if beats * self.spec.linger_ms >= 1000:
                 beats = 0
-                self._exporter.export(self._figures())
+                self._exporter.export(self._figures.figures())
 
     def _flush_lingering(self) -> None:
         # Rows for a downstream actor leave within a linger. The last stage's rows only move into
@@ -535,54 +408,6 @@ class OperatorActor:
         if self._local_sink is None or buffered == self._buffered_at_tick:
             self._output.flush()
         self._buffered_at_tick = self._output.buffered
-
-    def _figures(self) -> dict[str, Any]:
-        in_flight = 0
-        queue_depth = 0
-        totals = {"records_out": self._output.records_out if hasattr(self, "_output") else 0,
-                  "retries": 0, "timeouts": 0, "dead_letters": 0, "failures": 0,
-                  "late_records_dropped": 0}
-        for async_op in self._async_operators() if self._chain_open else ():  # queues come with open
-            queue_depth += len(async_op.queue)
-            in_flight += sum(1 for e in async_op.queue if not e.done)
-        for op in self._chain.operators if self._chain_open else ():
-            for k, v in dataclasses.asdict(op.metrics).items():
-                if k in totals and k != "records_out":
-                    totals[k] += v
-        task = self._task
-        wm = task.current_watermark
-        now = self._clock.now_ms()
-        backpressured = self._backpressured_ms + (
-            0 if self._backpressured_since is None else now - self._backpressured_since)
-        return {
-            "name": self.name,
-            "records_in": task.records_in,
-            "batches_in": task.batches_in,
-            "in_flight_requests": in_flight,
-            "async_queue_depth": queue_depth,
-            "input_queue_depth": len(self._gate),
-            "mailbox_depth": self.processor.mailbox.size() if hasattr(self, "processor") else 0,
-            "outbox_depth": self._outbox.pending if hasattr(self, "_outbox") else 0,
-            "watermark_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else wm,
-            # How far event time trails the wall clock (Flink's currentInputWatermark lag).
-            "watermark_lag_ms": None if wm in (MIN_TIMESTAMP, MAX_WATERMARK) else now - wm,
-            "backpressured_ms": backpressured,
-            "last_watermark_ms": task.last_watermark,
-            "restarts": self.spec.attempt,
-            **self._cpu_figures(),
-            **totals,
-        }
-
-    def _cpu_figures(self) -> dict[str, float | None]:
-        """CPU time since start, in ms: the event loop's thread (the mailbox, the reader, ``async
-        def`` user code) and the whole process (also Ray's own threads: calls in and out, the
-        object store). Against the job's wall time they say whether an instance was busy, waited,
-        or paid for Ray. Only right on the loop's thread, where every caller of _figures runs."""
-        if self._cpu_at_start is None:
-            return {"event_loop_cpu_ms": None, "process_cpu_ms": None}
-        loop_s, process_s = self._cpu_at_start
-        return {"event_loop_cpu_ms": round((time.thread_time() - loop_s) * 1000, 1),
-                "process_cpu_ms": round((time.process_time() - process_s) * 1000, 1)}
 
 
 class _ActorTaskHost:
@@ -594,8 +419,7 @@ class _ActorTaskHost:
     def output_is_full(self) -> bool:
         actor = self._actor
         if actor._outbox.is_full():
-            if actor._backpressured_since is None:
-                actor._backpressured_since = actor._clock.now_ms()  # downstream takes no more
+            actor._figures.output_full()
             return True
         return False
 

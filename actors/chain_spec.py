@@ -1,0 +1,58 @@
+"""What one operator actor runs, and how it talks to its neighbours: the job's plan for an instance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from actorflow.operators.channel_items import Partitioning
+from actorflow.operators.operator import StreamOperator
+
+from .naming import instance_name, task_name
+
+__all__ = ["ChainSpec"]
+
+
+@dataclass
+class ChainSpec:
+    """What one operator actor runs, and how it talks to its neighbours."""
+
+    job: str
+    name: str
+    index: int
+    parallelism: int
+    num_inputs: int
+    operator_factories: list[Callable[[], StreamOperator]]
+    partitioning: Partitioning = Partitioning.FORWARD
+    key: Callable[[Any], Any] | None = None
+    # With hash partitioning: the factory of the next stage's head operator, whose
+    # pre_aggregate a batch may go through before the split (a keyed window stage).
+    downstream_head: Callable[[], StreamOperator] | None = None
+    output_schema: pa.Schema | None = None
+    input_schema: pa.Schema | None = None  # the source's column types, which output columns keep
+    batch_size: int = 2048
+    input_capacity: int = 4
+    outbox_capacity: int = 8
+    credits: int = 4
+    rows_per_round: int = 256
+    mails_per_round: int = 4
+    linger_ms: int = 20
+    # A checkpointed job: where states and output epochs go (``write_state``, ``read_state``,
+    # ``stage``), who is told of each snapshot, the attempt, and the checkpoint to restore.
+    checkpoints: Any = None
+    coordinator: Any = None
+    attempt: int = 0
+    restore: int | None = None
+
+    def __post_init__(self) -> None:
+        self.partitioning = Partitioning(self.partitioning)
+
+    @property
+    def instance_name(self) -> str:
+        return instance_name(self.job, self.name, self.index, self.parallelism, self.attempt)
+
+    @property
+    def task(self) -> str:
+        return task_name(self.name, self.index, self.parallelism)
