@@ -24,6 +24,9 @@ _COUNTERS = {
     "dead_letters": "Records routed to the dead-letter output",
     "batches_in": "Arrow batches received",
     "late_records_dropped": "Records too late for every window, dropped without a side output",
+    "late_behind_watermark": "Late records whose windows ended before the watermark, without allowed lateness",
+    "late_past_allowed_lateness": "Late records whose windows ended longer ago than the allowed lateness",
+    "late_window_closed": "Late records that would open again a session already emitted and cleaned up",
     "backpressured_ms": "Milliseconds the instance waited because downstream took no more output",
 }
 _GAUGES = {
@@ -35,6 +38,11 @@ _GAUGES = {
     "watermark_ms": "The operator's current event-time watermark",
     "watermark_lag_ms": "Wall-clock time minus the current watermark",
     "restarts": "Times this operator instance was restarted",
+    "oldest_mail_age_ms": "How long the mail that has waited longest in the mailbox has waited",
+    "suspended_backpressure": "1 while the input waits because downstream takes no more output",
+    "suspended_async_queue_full": "1 while the input waits because an async operator's queue is full",
+    "suspended_barrier_alignment": "1 while some input channels wait for a checkpoint barrier on the others",
+    "suspended_finishing": "1 while the ended input waits for the last requests and timers",
 }
 
 _registry: dict[str, Any] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -41,6 +41,8 @@ class OperatorSummary:
     retries: int = 0
     timeouts: int = 0
     last_watermark_ms: int | None = None  # the minimum over its instances that had one
+    #: Late records of its windows by reason (``operators.windows.LateReason``), where any came.
+    late_records: dict[str, int] = field(default_factory=dict)
 
 
 def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[OperatorSummary]:
@@ -48,7 +50,7 @@ def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[Operator
 
     >>> operator_summaries("j", [{"name": "j/source[0/1]", "rows_sent": 5},
     ...                          {"name": "j/map+enrich[0/1]@2", "records_in": 5, "records_out": 4}])
-    [OperatorSummary(name='source', parallelism=1, records_in=None, records_out=5, dead_letters=0, retries=0, timeouts=0, last_watermark_ms=None), OperatorSummary(name='map+enrich', parallelism=1, records_in=5, records_out=4, dead_letters=0, retries=0, timeouts=0, last_watermark_ms=None)]
+    [OperatorSummary(name='source', parallelism=1, records_in=None, records_out=5, dead_letters=0, retries=0, timeouts=0, last_watermark_ms=None, late_records={}), OperatorSummary(name='map+enrich', parallelism=1, records_in=5, records_out=4, dead_letters=0, retries=0, timeouts=0, last_watermark_ms=None, late_records={})]
     """
     operators: dict[str, OperatorSummary] = {}
     for figure in figures:
@@ -65,6 +67,9 @@ def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[Operator
         summary.dead_letters += int(figure.get("dead_letters", 0))
         summary.retries += int(figure.get("retries", 0))
         summary.timeouts += int(figure.get("timeouts", 0))
+        for reason in ("behind_watermark", "past_allowed_lateness", "window_closed"):
+            if figure.get(f"late_{reason}"):
+                summary.late_records[reason] = summary.late_records.get(reason, 0) + int(figure[f"late_{reason}"])
         watermark = figure.get("last_watermark_ms", figure.get("watermark_ms"))
         if watermark is not None:
             current = summary.last_watermark_ms
@@ -87,6 +92,9 @@ def job_text(result: "JobResult") -> str:
     dead = sum(o.dead_letters for o in operators)
     if dead:
         parts.append(f"{dead:,} dead letters")
+    late = _late_records(operators)
+    if late:
+        parts.append(late)
     watermark = _job_watermark(operators)
     if watermark is not None:
         parts.append(f"last watermark {_format_watermark(watermark)}")
@@ -108,6 +116,7 @@ def job_html(result: "JobResult") -> str:
         ("throughput", _text(throughput)),
         ("last watermark", _watermark_html(watermark)),
         ("dead letters", _text(f"{sum(o.dead_letters for o in operators):,}")),
+        ("late records", _text(_late_records(operators) or "0")),
         ("restarts", _text(str(result.restarts)) + _failures_html(result.failures)),
         ("checkpoints", _text(_checkpoints(result.checkpoints))),
     ]
@@ -128,6 +137,17 @@ def job_html(result: "JobResult") -> str:
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         "</div>"
     )
+
+
+def _late_records(operators: list[OperatorSummary]) -> str:
+    """The late records of the job's windows by reason: "12 late records (behind_watermark 12)", or ""."""
+    reasons: dict[str, int] = {}
+    for o in operators:
+        for reason, n in o.late_records.items():
+            reasons[reason] = reasons.get(reason, 0) + n
+    if not reasons:
+        return ""
+    return f"{sum(reasons.values()):,} late records ({', '.join(f'{r} {n:,}' for r, n in sorted(reasons.items()))})"
 
 
 def _text(value: str) -> str:

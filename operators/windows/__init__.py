@@ -20,8 +20,9 @@ function; triggers, evictors, lateness and a late-data side output are optional:
 >>> h.output_values()[-1]
 {'user': 'a', 'window_start': 0, 'window_end': 10, 'n': 2, 'total': 4}
 >>> h.process_watermark(20); h.process_element({"user": "a", "amount": 1}, timestamp_ms=2)
->>> h.side_outputs["late"]
-[{'user': 'a', 'amount': 1}]
+>>> [late] = h.side_outputs["late"]       # a LateRecord: the record, the windows it missed, and why
+>>> late.value, late.windows, late.reason.value, late.watermark_ms
+({'user': 'a', 'amount': 1}, ((0, 10), (-5, 5)), 'past_allowed_lateness', 20)
 """
 
 from .assigners import (
@@ -67,14 +68,15 @@ from .triggers import (
     TriggerContext,
     TriggerResult,
 )
+from .late import LateReason, LateRecord
 from .window_operator import WindowOperator, WindowOperatorMetrics, WindowSpec, count_window
 
 __all__ = [
     "AggregateFunction", "Aggregations", "BuiltinAggregate", "ContinuousEventTimeTrigger",
     "ContinuousProcessingTimeTrigger", "Count", "CountEvictor", "CountTrigger", "DeltaEvictor",
     "DynamicEventTimeSessionWindows", "DynamicProcessingTimeSessionWindows", "EventTimeSessionWindows",
-    "EventTimeTrigger", "Evictor", "EvictorContext", "GlobalWindow", "GlobalWindows", "Max", "Mean",
-    "MergingWindowAssigner", "MergingWindowSet", "Min", "NeverTrigger", "ProcessWindowFunction",
+    "EventTimeTrigger", "Evictor", "EvictorContext", "GlobalWindow", "GlobalWindows", "LateReason", "LateRecord", "Max",
+    "Mean", "MergingWindowAssigner", "MergingWindowSet", "Min", "NeverTrigger", "ProcessWindowFunction",
     "ProcessingTimeSessionWindows", "ProcessingTimeTrigger", "PurgingTrigger", "SlidingEventTimeWindows",
     "SlidingProcessingTimeWindows", "Sum", "TimeEvictor", "TimeWindow", "TimestampedValue", "Trigger",
     "TriggerContext", "TriggerResult", "TumblingEventTimeWindows", "TumblingProcessingTimeWindows",

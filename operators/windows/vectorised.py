@@ -41,6 +41,7 @@ from ..elements import MAX_WATERMARK, MIN_TIMESTAMP, Record
 from ..errors import SchemaError
 from .assigners import EventTimeSessionWindows, SlidingEventTimeWindows, TimeWindow, TumblingEventTimeWindows
 from .functions import Aggregations, BuiltinAggregate
+from .late import LateReason
 from .triggers import EventTimeTrigger
 from .arrow_aggregates import group_aggregations, input_columns
 from .panes import FIRST as _FIRST, COUNT as _COUNT, PANE_BASE, ROW as _ROW, START as _START, Panes, can_use_panes, group_rows
@@ -251,8 +252,9 @@ def process_partials(op: "WindowOperator", partials: pa.Table, batch_rows: int) 
     op.metrics.records_in += records
     fired = pc.less_equal(partials.column(_START), pa.scalar(max(op._watermark - size + 1, MIN_TIMESTAMP), pa.int64()))
     late = pc.sum(pc.filter(counts, fired)).as_py() or 0
-    if late:
+    if late:  # no late-data side output and no lateness where partials are made: counted only
         op.metrics.late_records_dropped += late
+        op.metrics.count_late(LateReason.BEHIND_WATERMARK, late)
         partials = partials.filter(pc.invert(fired))
     if op._panes or can_use_panes(op):
         _panes_of(op).add_partials(partials, batch_rows)
@@ -285,8 +287,9 @@ def _add_to_panes(
     op.metrics.records_in += table.num_rows
     late = pc.indices_nonzero(pc.invert(kept)).to_pylist()
     if late:
+        now = op._pts.now_ms()
         for value, t in zip(table.take(late).to_pylist(), pc.take(ts, late).to_pylist()):
-            op._on_late(Record(value, t))
+            op._on_late(Record(value, t), op.assigner.assign_windows(value, t, now))
 
 
 def _panes_of(op: "WindowOperator") -> Panes:

@@ -20,7 +20,9 @@ the value is a dict::
 A ``process`` function decides the output values itself.
 
 Late records (event time): a record whose windows are all past cleanup time goes to the side output
-``late_data_tag`` if given, else is dropped and counted in ``metrics.late_records_dropped``. A record
+``late_data_tag`` if given, as a ``LateRecord`` (its value and event time, the windows it missed,
+why, and the watermark), else is dropped and counted in ``metrics.late_records_dropped``. Every
+late record is counted by its ``LateReason`` too (``metrics.late_behind_watermark``, ...). A record
 late for only some of its windows goes to the others and is not side-output.
 
 Closed sessions (event-time merging windows): a record whose window overlaps a session of its key
@@ -55,6 +57,7 @@ from ..operator import OperatorContext, OperatorMetrics, Output, StreamOperator
 from ..timers import Timer, TimerService
 from .assigners import GlobalWindows, MergingWindowAssigner, TimeWindow, WindowAssigner
 from .contexts import WindowContexts
+from .late import LateReason, LateRecord
 from .evictors import CountEvictor, Evictor, TimestampedValue
 from .functions import AggregateFunction, Aggregations, ProcessWindowFunction
 from ..state import check_state, plain_window, versioned, window_of
@@ -63,7 +66,7 @@ from .panes import Panes, fired_windows, group_rows
 from .records import event_time_of, key_function, key_of, record_error
 from .triggers import CountTrigger, PurgingTrigger, Trigger, TriggerResult
 
-__all__ = ["WindowOperator", "WindowOperatorMetrics", "WindowSpec", "count_window"]
+__all__ = ["LateReason", "LateRecord", "WindowOperator", "WindowOperatorMetrics", "WindowSpec", "count_window"]
 
 _EMPTY: Any = object()
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -71,9 +74,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 @dataclass
 class WindowOperatorMetrics(OperatorMetrics):
-    """The operator's counters, plus the late records it dropped (not side-output)."""
+    """The operator's counters, plus the late records it dropped (not side-output), and every late
+    record by its reason, side-output or dropped."""
 
     late_records_dropped: int = 0
+    late_behind_watermark: int = 0
+    late_past_allowed_lateness: int = 0
+    late_window_closed: int = 0
+
+    def count_late(self, reason: LateReason, records: int = 1) -> None:
+        name = f"late_{reason.value}"
+        setattr(self, name, getattr(self, name) + records)
 
 
 @dataclass(frozen=True)
@@ -363,8 +374,9 @@ class WindowOperator(StreamOperator):
             windows = self.assigner.assign_windows(value, timestamp_ms, self._pts.now_ms())  # type: ignore[arg-type]
         except Exception as error:
             raise record_error(self.context.name, record, f"window assigner {self.assigner!r} raised {type(error).__name__}: {error}", error)
+        closed = False
         if self._merging_assigner is not None:
-            skipped = self._add_to_merging_windows(key, windows, record)
+            skipped, closed = self._add_to_merging_windows(key, windows, record)
         else:
             skipped = True
             for window in windows:
@@ -380,7 +392,7 @@ class WindowOperator(StreamOperator):
         # A record that no window took is late, and accounted for (for the built-in assigners that
         # is Flink's "timestamp + allowed lateness <= watermark").
         if skipped and windows and self._is_event_time:
-            self._on_late(record)
+            self._on_late(record, windows, LateReason.WINDOW_CLOSED if closed else None)
 
     def process_batch(self, batch: Any, timestamp_column: str) -> None:
         """Process an Arrow table or record batch, one record per row (a dict) at ``timestamp_column``.
@@ -421,7 +433,9 @@ class WindowOperator(StreamOperator):
 
         return process_partials(self, partials, batch_rows)
 
-    def _add_to_merging_windows(self, key: Any, windows: Sequence[Any], record: Record) -> bool:
+    def _add_to_merging_windows(self, key: Any, windows: Sequence[Any], record: Record) -> tuple[bool, bool]:
+        """Add ``record`` to its merged windows; whether every window skipped it (it is late), and
+        whether one did because it would open a closed session again."""
         merging = self._merging.get(key)
         if merging is None:
             merging = self._merging[key] = MergingWindowSet(self._merging_assigner)  # type: ignore[arg-type]
@@ -438,11 +452,13 @@ class WindowOperator(StreamOperator):
                 )
 
         closed = self._closed_sessions.get(key) if self._closed_sessions else None
+        reopens = False
         for window in windows:
             if self._is_event_time and isinstance(window, TimeWindow):
                 if window.end_ms - window.start_ms > self._widest_window_ms:
                     self._widest_window_ms = window.end_ms - window.start_ms
                 if closed is not None and any(window.start_ms < c.end_ms and c.start_ms < window.end_ms for c in closed):
+                    reopens = True
                     continue  # late: it would reopen a session that was emitted and cleaned up
             existed = window in merging.mapping
             actual = merging.add_window(window, merge, check)
@@ -456,7 +472,7 @@ class WindowOperator(StreamOperator):
             self._add_and_trigger(key, actual, merging.get_state_window(actual), record)
         if not merging.mapping:
             self._merging.pop(key, None)
-        return skipped
+        return skipped, reopens
 
     def _merge_problem(self, result: Any, merged: list[Any]) -> str | None:
         """Why the assigner's merge of ``merged`` into ``result`` cannot be taken, or None.
@@ -548,9 +564,15 @@ class WindowOperator(StreamOperator):
                 operator=self.context.name,
             ) from error
 
-    def _on_late(self, record: Record) -> None:
+    def _on_late(self, record: Record, windows: Iterable[Any], reason: LateReason | None = None) -> None:
+        """Account for a record late for all of ``windows``: side output, or dropped and counted."""
+        if reason is None:
+            reason = LateReason.PAST_ALLOWED_LATENESS if self.allowed_lateness_ms else LateReason.BEHIND_WATERMARK
+        self.metrics.count_late(reason)
         if self.late_data_tag is not None:
-            self.output.collect_side(self.late_data_tag, record.value)
+            missed = tuple((w.start_ms, w.end_ms) for w in windows if isinstance(w, TimeWindow))
+            late = LateRecord(record.value, record.timestamp_ms, reason, missed, self._watermark)  # type: ignore[arg-type]
+            self.output.collect_side(self.late_data_tag, late)
         else:
             self.metrics.late_records_dropped += 1
 

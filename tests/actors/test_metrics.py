@@ -19,7 +19,8 @@ pytestmark = pytest.mark.ray
 
 COUNTERS = ["records_in", "records_out", "retries", "timeouts", "dead_letters", "batches_in", "late_records_dropped",
             "backpressured_ms"]
-GAUGES = ["in_flight_requests", "async_queue_depth", "input_queue_depth", "mailbox_depth", "outbox_depth"]
+GAUGES = ["in_flight_requests", "async_queue_depth", "input_queue_depth", "mailbox_depth", "outbox_depth",
+          "suspended_backpressure", "suspended_async_queue_full", "suspended_barrier_alignment", "suspended_finishing"]
 
 
 def _scrape() -> str:
@@ -53,7 +54,8 @@ def test_every_series_is_published_under_the_documented_name_with_real_values(ra
                 m.group(1): float(m.group(2))
                 for m in re.finditer(r'^ray_actorflow_(\w+)\{[^}]*job="metrics"[^}]*\} (\S+)$', text, re.M)
             }
-            if series.get("in_flight_requests") == 50 and all(f"{c}_total" in series for c in COUNTERS):
+            if series.get("in_flight_requests") == 50 and series.get("suspended_async_queue_full") == 1 \
+                    and all(f"{c}_total" in series for c in COUNTERS):
                 break
             time.sleep(1.0)
         # Counters exist from the start, at zero where nothing happened yet.
@@ -62,6 +64,13 @@ def test_every_series_is_published_under_the_documented_name_with_real_values(ra
         assert series["retries_total"] == 0 and series["dead_letters_total"] == 0
         assert series["records_in_total"] >= 50 and set(GAUGES) <= set(series)
         assert series["in_flight_requests"] == 50
+        # The input waits for room in the async queue, not for downstream, and says so.
+        assert series["suspended_async_queue_full"] == 1 and series["suspended_backpressure"] == 0
+        from tests.waiting import find_actor
+
+        figures = ray.get(find_actor("metrics/enrich[0/1]").stats.remote())
+        assert figures["suspended"] == "async_queue_full", figures
+        assert isinstance(figures["mailbox_depth_by_priority"], dict)
     finally:
         release.touch()
         thread.join(60)

@@ -50,7 +50,8 @@ def _windowed_job() -> JobResult:
         {"name": "clicks/enrich[1/2]@2", "records_in": 1_500, "records_out": 1_500, "dead_letters": 0,
          "retries": 3, "timeouts": 0, "watermark_ms": None, "last_watermark_ms": 1_760_000_058_500},
         {"name": "clicks/window[0/1]@2", "records_in": 2_990, "records_out": 12, "watermark_ms": None,
-         "last_watermark_ms": 1_760_000_058_000},
+         "last_watermark_ms": 1_760_000_058_000, "late_behind_watermark": 5, "late_window_closed": 2,
+         "late_past_allowed_lateness": 0},
     ]
     checkpoints = {"completed": [1, 2, 3], "aborted": [(4, "it ran past its timeout")], "last_completed": 3,
                    "duration_s_p50": 0.125, "duration_s_max": 0.5, "size_bytes_last": 2048}
@@ -68,6 +69,7 @@ def test_the_html_shows_the_job_and_each_operator_with_its_parallelism():
         ["throughput", "750 records/s"],          # input records over the whole run
         ["last watermark", "2025-10-09 08:54:18.000 UTC"],  # the least of the operators'
         ["dead letters", "10"],
+        ["late records", "7 late records (behind_watermark 5, window_closed 2)"],  # by reason, as the windows said
         ["restarts", "2clicks/enrich[0/2]: RayActorError: diedclicks/window[0/1]@1: killed"],
         ["checkpoints", "3 completed (last #3, median 0.12 s), 1 aborted"],
     ]
@@ -98,7 +100,8 @@ def test_repr_is_one_line_without_the_object_refs():
     text = repr(_windowed_job())
     assert text == (
         "JobResult('clicks': finished in 4.0 s, 3,000 records in, 12 out, 750 records/s, "
-        "operators source[1] enrich[2] window[1], 10 dead letters, last watermark 2025-10-09 08:54:18.000 UTC, "
+        "operators source[1] enrich[2] window[1], 10 dead letters, 7 late records (behind_watermark 5, window_closed 2), "
+        "last watermark 2025-10-09 08:54:18.000 UTC, "
         "2 restarts, checkpoints 3 completed (last #3, median 0.12 s), 1 aborted)"
     )
 

@@ -166,8 +166,19 @@ def test_late_records_come_back_in_their_own_dataframe_with_the_input_types(spar
     )
     out = counts.to_spark(progress=False)
     late = counts.get_side_output("late")
-    assert late.schema == data.schema
-    assert sorted(r.click_id for r in late.collect()) == sorted(late_ids)
+    # Its own columns with their types, then the windows it missed, why, and the watermark it met.
+    assert late.schema.fields[:len(data.schema)] == data.schema.fields
+    assert [(f.name, f.dataType.simpleString()) for f in late.schema.fields[len(data.schema):]] == [
+        ("late_reason", "string"), ("late_windows", "array<struct<start_ms:bigint,end_ms:bigint>>"),
+        ("late_watermark_ms", "bigint")]
+    collected = late.collect()
+    assert sorted(r.click_id for r in collected) == sorted(late_ids)
+    for r in collected:
+        start = (BASE_S * 1000 + 60_000 * 2 + r.click_id % 7) // 60_000 * 60_000
+        assert r.late_reason == "past_allowed_lateness"
+        assert [(w.start_ms, w.end_ms) for w in r.late_windows] == [(start, start + 60_000)]
+        assert r.late_watermark_ms >= start + 60_000 + 30_000 - 1  # past the window's end and its lateness
+    assert "3 late records (past_allowed_lateness 3)" in repr(counts.last_result)
     on_time = data.filter(~F.col("click_id").isin(list(late_ids)))
     theirs = sorted(tuple(r) for r in on_time.groupBy("country", F.window("ts", "1 minute").alias("w"))
                     .count().select("country", "w.start", "w.end", "count").collect())

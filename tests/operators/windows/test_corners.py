@@ -130,7 +130,7 @@ def test_a_window_found_late_at_assignment_with_state_is_cleared(assigner):
     h.process_watermark(30)
     assert h.window_state() and h.timers() == {"event": [], "processing": []}
     h.process_element({"k": "a", "late": True}, 3)  # late for the window it lands in, which must go
-    assert h.side_output("late") == [{"k": "a", "late": True}]
+    assert [r.value for r in h.side_output("late")] == [{"k": "a", "late": True}]
     assert h.window_state() == {} and op._trigger_state == {} and op._merging == {}
     assert h.timers() == {"event": [], "processing": []}
 
@@ -146,7 +146,7 @@ def test_a_record_that_would_reopen_a_fired_session_goes_to_the_side_output():
     h, out = run(session_op(late_data_tag="late"), ["a@0", "wm 6", "a@3", "wm 20"])
     # Not a second session [3,8) overlapping the [0,5) that came out.
     assert out == ["a [0,5) 1 @4", "wm 6", "wm 20"]
-    assert h.side_output("late") == [{"k": "a", "v": 1}]
+    assert [r.value for r in h.side_output("late")] == [{"k": "a", "v": 1}]
 
 
 def test_without_a_side_output_it_is_counted_as_dropped():
@@ -159,7 +159,7 @@ def test_within_the_allowed_lateness_it_joins_the_session_and_past_it_is_late():
     h, out = run(session_op(allowed_lateness_ms=10, late_data_tag="late"), ["a@0", "wm 6", "a:2@3", "wm 20", "a:3@7", "wm 40"])
     # 3 joins [0,5) while it may (a late firing, as in Flink); 7 comes after [0,8) was cleaned up at 17.
     assert out == ["a [0,5) 1 @4", "wm 6", "a [0,8) 2 @7", "wm 20", "wm 40"]
-    assert h.side_output("late") == [{"k": "a", "v": 3}]
+    assert [r.value for r in h.side_output("late")] == [{"k": "a", "v": 3}]
 
 
 def test_a_session_that_only_touches_the_fired_one_is_on_time():
@@ -167,7 +167,7 @@ def test_a_session_that_only_touches_the_fired_one_is_on_time():
     # 5 is ahead of the watermark: its session [5,10) touches [0,5) but overlaps nothing emitted.
     # Other keys know nothing of a's sessions.
     assert out == ["a [0,5) 1 @4", "wm 4", "b [2,7) 1 @6", "a [5,10) 1 @9", "wm 20"]
-    assert h.side_output("late") == []
+    assert [r.value for r in h.side_output("late")] == []
 
 
 def test_a_closed_session_is_remembered_only_while_a_record_could_still_reopen_it():
@@ -186,7 +186,7 @@ def test_the_closed_sessions_survive_a_snapshot():
     restored.restore(h.snapshot())
     restored.process_element({"k": "a", "v": 1}, 3)
     restored.process_watermark(20)
-    assert restored.output == [Watermark(20)] and restored.side_output("late") == [{"k": "a", "v": 1}]
+    assert restored.output == [Watermark(20)] and [r.value for r in restored.side_output("late")] == [{"k": "a", "v": 1}]
 
 
 def test_a_batch_on_the_arrow_path_finds_the_closed_session_too():
@@ -201,7 +201,7 @@ def test_a_batch_on_the_arrow_path_finds_the_closed_session_too():
         {"k": "a", "window_start": 0, "window_end": 5, "result": 1},
         {"k": "b", "window_start": 3, "window_end": 8, "result": 3},
     ]
-    assert h.side_output("late") == [{"k": "a", "v": 2, "ts": 3}]
+    assert [r.value for r in h.side_output("late")] == [{"k": "a", "v": 2, "ts": 3}]
 
 
 def test_with_dynamic_gaps_the_widest_gap_seen_keeps_a_closed_session():
@@ -211,7 +211,7 @@ def test_with_dynamic_gaps_the_widest_gap_seen_keeps_a_closed_session():
     h.process_element({"k": "a", "gap": 5}, 0)
     h.process_watermark(30)  # [0,5) fires; [3,53) would still be open
     h.process_element({"k": "a", "gap": 50}, 3)
-    assert h.side_output("late") == [{"k": "a", "gap": 50}]
+    assert [r.value for r in h.side_output("late")] == [{"k": "a", "gap": 50}]
 
 
 # ------------------------------------------------- windows past the largest timestamp

@@ -110,7 +110,7 @@ def test_late_rows_take_the_per_record_path_and_fire_or_go_aside():
     op.process_batch(batch([("a", 0, 0, 2), ("a", 0, 0, 16), ("b", 0, 0, -5)]), "ts")
     assert op.per_record == 2  # 2 is late but allowed (re-fires [0,10)); -5 is past cleanup
     assert h.output_values() == [{"user": "a", "window_start": 0, "window_end": 10, "result": 2}]
-    assert h.side_outputs["late"] == [{"user": "b", "region": 0, "amount": 0, "ts": -5}]
+    assert [r.value for r in h.side_outputs["late"]] == [{"user": "b", "region": 0, "amount": 0, "ts": -5}]
 
 
 @pytest.mark.parametrize(

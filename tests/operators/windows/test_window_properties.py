@@ -53,7 +53,7 @@ def test_sliding_windows_count_every_accepted_record_once(steps, size, slide, la
             assert e.timestamp_ms == e.value["window_end"] - 1
             last[(e.value["k"], e.value["window_start"])] = e.value["result"]
     assert last == dict(expected)  # each window's last firing counts exactly the records it accepted
-    assert h.side_outputs.get("late", []) == side
+    assert [r.value for r in h.side_outputs.get("late", [])] == side
     watermarks = [e.timestamp_ms for e in h.output if isinstance(e, Watermark)]
     assert watermarks == [s[1] for s in steps if s[0] == "wm"]  # every watermark forwarded, in order
     assert h.window_state() == {} and h.timers()["event"] == []  # all cleaned up at the end
