@@ -7,6 +7,8 @@ would share the GIL with the driver. A child process has its own interpreter and
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
+import time
 from typing import Any
 
 from .enrich_service import EnrichmentService
@@ -29,6 +31,21 @@ def _serve(conn: Any, kwargs: dict[str, Any]) -> None:
         conn.send("stopped")
 
 
+def _why(process: Any) -> str:
+    process.join(1)
+    code = process.exitcode
+    return "did not start within 60 s" if code is None or code == -9 else f"died before it started (exit code {code})"
+
+
+def _guard_hint() -> str:
+    script = getattr(sys.modules["__main__"], "__file__", None)
+    if script is None:
+        return ""
+    return (f"; it starts with the 'spawn' method, whose child first runs {script} again: put that script's work "
+            "under `if __name__ == \"__main__\":`, or the child re-runs all of it (Spark's start, this call) "
+            "before it serves")
+
+
 class ServiceProcess:
     """``EnrichmentService`` in a child process; same arguments, ``url``, ``stats()``, ``stop()``.
 
@@ -44,10 +61,18 @@ class ServiceProcess:
 
     def start(self) -> "ServiceProcess":
         self._process.start()
-        if not self._conn.poll(60):
-            self._process.kill()
-            raise RuntimeError("the enrichment service process did not start within 60 s")
-        self.url = self._conn.recv()
+        # The "spawn" child first runs the parent's main script again, as a module: without an
+        # ``if __name__ == "__main__":`` guard, all of its top level (Spark's start, this very
+        # call) runs there before the service does, and the child dies or never answers.
+        deadline = time.monotonic() + 60
+        while not self._conn.poll(0.2):
+            if not self._process.is_alive() or time.monotonic() > deadline:
+                self._process.kill()
+                raise RuntimeError(f"the enrichment service process {_why(self._process)}{_guard_hint()}")
+        try:
+            self.url = self._conn.recv()
+        except EOFError:
+            raise RuntimeError(f"the enrichment service process {_why(self._process)}{_guard_hint()}") from None
         return self
 
     def stats(self) -> dict[str, Any]:

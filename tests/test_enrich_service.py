@@ -194,3 +194,25 @@ def test_errors_survive_pickling_as_they_cross_processes(
     assert type(error) is error_type
     assert (error.user_id, error.status, error.body) == (-3, 404, "no user -3")
     assert str(error) == "GET /user/-3: expected status 200, got 404 'no user -3'"
+
+
+@pytest.mark.processes
+def test_a_service_process_in_a_script_without_a_main_guard_says_why_it_did_not_start(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "from examples.service_process import ServiceProcess\n"
+        "service = ServiceProcess().start()  # no `if __name__ == '__main__':` around it\n"
+        "service.stop()\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: the enrichment service process died before it started"), done.stderr[-2000:]
+    assert f"first runs {script} again" in last and 'if __name__ == "__main__":' in last
