@@ -52,7 +52,7 @@ def enrich(
     checkpoint_interval_ms: int | None | Literal["auto"] = "auto",
     checkpoint_dir: str | None = None,
     resume_from: str | None = None,
-    object_reuse: bool = False,
+    object_reuse: bool = True,
 ) -> "DataFrame | tuple[DataFrame, DataFrame]":
     """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
 
@@ -88,8 +88,9 @@ def enrich(
     one takes none, and fails if an actor dies. An int sets the interval, None turns them off.
     ``checkpoint_dir`` and ``resume_from`` are those of ``DataStream.execute``.
 
-    ``object_reuse=True`` skips the copy the async operator keeps of each row it takes in: safe
-    here, where each row is made fresh from Arrow and nothing else holds it.
+    ``object_reuse=True``, the default here, skips the copy the async operator would keep of each
+    row it takes in: each row is made fresh from Arrow and nothing else holds it. (The function's
+    own copy of its argument is ``copy_inputs``.)
     """
     if isinstance(fn, ArrowBatchFunction) and batch_size is None:
         raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
