@@ -94,7 +94,7 @@ class InstanceFigures:
         wm = task.current_watermark
         now = self._clock.now_ms()
         mailbox = self._processor.mailbox if started else None
-        oldest_s = mailbox.oldest_mail_age_s() if mailbox is not None else None
+        oldest_ms = mailbox.oldest_mail_age_ms() if mailbox is not None else None
         suspended = task.suspended
         backpressured = self._backpressured_ms + (
             0 if self._backpressured_since is None else now - self._backpressured_since)
@@ -108,7 +108,7 @@ class InstanceFigures:
             "mailbox_depth": mailbox.size() if mailbox is not None else 0,
             # By the priority the mailbox takes them in (an operator's mails carry its position).
             "mailbox_depth_by_priority": mailbox.depth_by_priority() if mailbox is not None else {},
-            "oldest_mail_age_ms": None if oldest_s is None else round(oldest_s * 1000, 1),
+            "oldest_mail_age_ms": oldest_ms,
             # Why the input waits, if it does (operators.stream_task.Suspended), and as 0/1 gauges.
             "suspended": None if suspended is None else suspended.value,
             **{f"suspended_{why.value}": int(suspended is why) for why in SUSPENSIONS},

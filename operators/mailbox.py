@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import enum
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+from .clock import Clock, SystemClock
 from .errors import MailboxClosedError, MailboxStateError, MailboxThreadError
 
 __all__ = ["MAX_PRIORITY", "MIN_PRIORITY", "Mail", "MailboxState", "TaskMailbox"]
@@ -57,8 +57,8 @@ class Mail:
     args: tuple[Any, ...] = ()
     deferrable: bool = False
     future: Future[Any] | None = None
-    #: When it was put (``time.monotonic()``), for the age of the oldest mail.
-    put_at: float = 0.0
+    #: When it was put (the mailbox's clock, ms), for the age of the oldest mail.
+    put_at: int = 0
 
     @property
     def effective_priority(self) -> int:
@@ -92,7 +92,8 @@ class TaskMailbox:
     'high'
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock if clock is not None else SystemClock()  # the mails' ages
         # Re-entrant, so that a put inside run_exclusively() does not deadlock.
         self._lock = threading.RLock()
         self._not_empty = threading.Condition(self._lock)
@@ -112,7 +113,7 @@ class TaskMailbox:
 
     def put(self, mail: Mail) -> None:
         """Append a mail. Raises ``MailboxClosedError`` unless the mailbox is OPEN."""
-        mail.put_at = time.monotonic()
+        mail.put_at = self._clock.now_ms()
         with self._lock:
             self._check_put_state()
             self._queue.append(mail)
@@ -127,7 +128,7 @@ class TaskMailbox:
         closed (a failed or stopping task), their element is in the last checkpoint and will be
         replayed, so the mail is dropped instead of raising into the thread that delivered it.
         """
-        mail.put_at = time.monotonic()
+        mail.put_at = self._clock.now_ms()
         with self._lock:
             if self._state is not MailboxState.OPEN:
                 return False
@@ -139,7 +140,7 @@ class TaskMailbox:
 
     def put_first(self, mail: Mail) -> None:
         """Put an urgent mail in front of every other, the current batch included."""
-        mail.put_at = time.monotonic()
+        mail.put_at = self._clock.now_ms()
         if self.is_mailbox_thread():
             # The batch is ahead of the queue, so the front of the batch is the very front.
             self._check_put_state()
@@ -192,11 +193,11 @@ class TaskMailbox:
                 depths[mail.effective_priority] = depths.get(mail.effective_priority, 0) + 1
         return dict(sorted(depths.items()))
 
-    def oldest_mail_age_s(self) -> float | None:
-        """How long the mail that has waited longest has waited, in seconds; None if none waits."""
+    def oldest_mail_age_ms(self) -> int | None:
+        """How long the mail that has waited longest has waited, in ms; None if none waits."""
         with self._lock:
             oldest = min((mail.put_at for mail in (*self._batch, *self._queue)), default=None)
-        return None if oldest is None else time.monotonic() - oldest
+        return None if oldest is None else self._clock.now_ms() - oldest
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` after every put, from the putting thread.

@@ -3,9 +3,8 @@ and why the default action waits, if it does."""
 
 from __future__ import annotations
 
-import time
-
 from actorflow.operators import MapOperator, OperatorHarness, async_wait
+from actorflow.operators.clock import ManualClock
 from actorflow.operators.mailbox import MIN_PRIORITY, Mail, TaskMailbox
 from actorflow.operators.stream_task import Suspended
 
@@ -23,16 +22,18 @@ def test_the_depth_is_counted_by_the_priority_take_compares():
 
 
 def test_the_oldest_mail_is_the_one_that_waited_longest_and_none_when_empty():
-    mb = TaskMailbox()
-    assert mb.oldest_mail_age_s() is None
+    clock = ManualClock(1_000)
+    mb = TaskMailbox(clock)
+    assert mb.oldest_mail_age_ms() is None
     mb.put(Mail(lambda: None, description="old"))
-    time.sleep(0.05)
+    clock.advance_by(50)
     mb.put_first(Mail(lambda: None, description="urgent"))  # in front, but younger
-    assert 0.05 <= mb.oldest_mail_age_s() < 5
+    clock.advance_by(5)
+    assert mb.oldest_mail_age_ms() == 55
     mb.try_take(MIN_PRIORITY)  # the urgent one
-    assert mb.oldest_mail_age_s() >= 0.05
+    assert mb.oldest_mail_age_ms() == 55
     mb.try_take(MIN_PRIORITY)
-    assert mb.oldest_mail_age_s() is None
+    assert mb.oldest_mail_age_ms() is None
 
 
 def test_a_task_without_input_waits_for_input():
