@@ -5,18 +5,23 @@ window pipeline, and prints one line, RESULT and a JSON object: the results, and
 driver and the actors imported.
 """
 
+import importlib
 import json
 import sys
 
 import actorflow as af
-import cluster
-import operators
+
+#: The user's own packages, named as actorflow's rings are: importing them by these names is the point.
+USERS_PACKAGES = ("operators", "cluster")
+
+
+def users_packages():
+    """The user's ``operators`` and ``cluster``, as this process finds them."""
+    return tuple(importlib.import_module(name) for name in USERS_PACKAGES)
 
 
 def enrich_row(row):
-    import cluster as users_cluster
-    import operators as users_operators
-
+    users_operators, users_cluster = users_packages()
     return {"doubled": users_operators.double(row["id"]), "where": f"{users_operators.WHOSE}/{users_cluster.WHOSE}"}
 
 
@@ -38,7 +43,7 @@ def main() -> None:
     print("RESULT " + json.dumps({
         "doubled_ok": all(r["doubled"] == 2 * r["id"] for r in rows) and len(rows) == 200,
         "actor_imports": sorted({r["where"] for r in rows}),
-        "driver_imports": [operators.WHOSE, cluster.WHOSE],
+        "driver_imports": [package.WHOSE for package in users_packages()],
         "actorflow_from": af.__file__,
         "windows": counted,
         "python": sys.executable,
