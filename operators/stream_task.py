@@ -152,9 +152,9 @@ class StreamTask:
             if aligned is not None:
                 self.host.snapshot(*aligned)
                 return
-        output_full = self.host.output_is_full()
-        if output_full or chain.is_blocked():
-            if self.watch_fault_points and chain.is_blocked():
+        output_full, blocked = self.host.output_is_full(), chain.is_blocked()
+        if output_full or blocked:
+            if self.watch_fault_points and blocked:
                 self.host.fault_point("queue_full")
             # Woken when the output drains or the operator has room; a full output is the cause
             # where both hold (the operator cannot emit, so its queue fills).
