@@ -22,6 +22,10 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.spark)
         if "ray_session" in names:
             item.add_marker(pytest.mark.ray)
+        # A test that starts processes of its own and uses neither shared session can run in a
+        # pytest of its own, beside the one that holds the shared Ray and Spark (see `make test`).
+        if item.get_closest_marker("processes") and "ray_session" not in names:
+            item.add_marker(pytest.mark.beside)
 
 
 def pytest_sessionstart(session):
