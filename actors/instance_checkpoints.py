@@ -4,6 +4,10 @@ the restore.
 
 A snapshot is taken on the mailbox thread when the task has aligned the barriers
 (``operators.stream_task``); the write runs in a thread, off the event loop.
+
+The state is plain data (``operators.state``'s ``instance``): ``instance_state`` writes it, and
+``restored_state`` gives it back with its items, batches and side-output records as the actor
+holds them. A state of format 1 or 2 holds those objects themselves and restores as it is.
 """
 
 from __future__ import annotations
@@ -13,15 +17,23 @@ import pickle
 from collections.abc import Awaitable
 from typing import Any, Callable
 
-from actorflow.operators.elements import CheckpointBarrier
-from actorflow.operators.operator import OperatorChain
-from actorflow.operators.stream_task import StreamTask
+import pyarrow as pa
 
+from actorflow.operators.async_attempt import DeadLetter
+from actorflow.operators.channel_items import ChannelItem, channels_of, plain_channels
+from actorflow.operators.elements import CheckpointBarrier
+from actorflow.operators.errors import StateFormatError
+from actorflow.operators.operator import OperatorChain
+from actorflow.operators.state import check_state, table_bytes, table_of, versioned
+from actorflow.operators.stream_task import StreamTask
+from actorflow.operators.windows.late import LateRecord
+
+from .arrow_rows import RowBatch
 from .chain_spec import ChainSpec
 from .output import BatchingOutput, LocalSink, Outbox
 from .source_actor import BlockReader
 
-__all__ = ["InstanceCheckpoints"]
+__all__ = ["InstanceCheckpoints", "batch_of", "instance_state", "plain_batch", "restored_state"]
 
 
 class InstanceCheckpoints:
@@ -38,7 +50,7 @@ class InstanceCheckpoints:
         if spec.restore is None:
             return None
         data = await asyncio.to_thread(spec.checkpoints.read_state, spec.restore, spec.task)
-        return pickle.loads(data)  # type: ignore[no-any-return]
+        return restored_state(pickle.loads(data))
 
     async def trigger(self, checkpoint_id: int, reader: BlockReader | None, gate: Any,
                       split_channels: list[Any] | None, between_items: asyncio.Event) -> None:
@@ -77,14 +89,8 @@ class InstanceCheckpoints:
         overtaken = outbox.put_barrier(checkpoint_id)
         reader_state = self._reader_states.get(checkpoint_id)
         self.forget(up_to=checkpoint_id)
-        state = {
-            "chain": chain.snapshot_state(),
-            **task.snapshot_state(),
-            "input": in_front,
-            "output": overtaken,
-            "reader": reader_state,
-            "side_outputs": side_outputs,
-        }
+        state = instance_state(chain.snapshot_state(), task.snapshot_state(), in_front, overtaken, reader_state,
+                               side_outputs)
         data = pickle.dumps(state, protocol=5)
         fault_point("snapshot")
         staged = None if local_sink is None else local_sink.staged.pop(checkpoint_id, None)
@@ -108,3 +114,72 @@ class InstanceCheckpoints:
             for item in items:
                 outbox.put(channel, item)
         return state["side_outputs"]  # type: ignore[no-any-return]
+
+
+def instance_state(
+    chain: list[Any], task: dict[str, Any], in_front: list[list[ChannelItem]], overtaken: list[list[ChannelItem]],
+    reader: dict[str, Any] | None, side_outputs: dict[str, list[Any]],
+) -> dict[str, Any]:
+    """An instance's part of a checkpoint as plain data (``operators.state``'s ``instance``): the
+    chain's and the task's states, each channel's input in front of the barriers and output they
+    overtook, the chained source's position, and the side outputs so far."""
+    return versioned("instance", {
+        "chain": chain,
+        **task,
+        "input": plain_channels(in_front, plain_batch),
+        "output": plain_channels(overtaken, plain_batch),
+        "reader": reader,
+        "side_outputs": {tag: [_plain_side_record(value) for value in values] for tag, values in side_outputs.items()},
+    })
+
+
+def restored_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The state to restore, with its input, output and side outputs as the actor holds them:
+    channel items and records. A state of format 1 or 2, which has no version of its own and
+    holds those objects pickled, as it is (its chain's states say their versions)."""
+    if "version" not in state:
+        return state
+    check_state("instance", state)
+    side_outputs = {tag: [_side_record(plain) for plain in records] for tag, records in state["side_outputs"].items()}
+    return {**state, "input": channels_of(state["input"], batch_of), "output": channels_of(state["output"], batch_of),
+            "side_outputs": side_outputs}
+
+
+def plain_batch(batch: RowBatch) -> dict[str, Any]:
+    """A ``Records`` item's batch as plain data: its table as an Arrow IPC stream, the event times
+    and the origins (a piece's rows picked out as a list of their positions)."""
+    origins = batch.origins
+    if isinstance(origins, tuple) and not isinstance(origins[2], int):
+        split, piece, rows = origins
+        origins = (split, piece, rows.to_pylist())
+    timestamps = None if batch.timestamps is None else batch.timestamps.to_pylist()
+    return {"table": table_bytes(batch.table), "timestamps": timestamps, "origins": origins}
+
+
+def batch_of(plain: dict[str, Any]) -> RowBatch:
+    """The batch that ``plain_batch`` wrote."""
+    origins, timestamps = plain["origins"], plain["timestamps"]
+    if isinstance(origins, tuple) and isinstance(origins[2], list):
+        split, piece, rows = origins
+        origins = (split, piece, pa.array(rows, pa.int64()))
+    return RowBatch(table_of(plain["table"]), None if timestamps is None else pa.array(timestamps, pa.int64()), origins)
+
+
+def _plain_side_record(value: Any) -> tuple[Any, ...]:
+    # A user's own side output (a window function's ``output(tag, value)``) is the user's value.
+    if isinstance(value, (DeadLetter, LateRecord)):
+        return value.to_state()
+    return ("value", value)
+
+
+def _side_record(plain: Any) -> Any:
+    match plain:
+        case ("value", value):
+            return value
+        case ("dead_letter", *_):
+            return DeadLetter.from_state(plain)
+        case ("late", *_):
+            return LateRecord.from_state(plain)
+    raise StateFormatError(
+        f"a side-output record in a snapshot is ('value', value), ('dead_letter', ...) or ('late', ...), got {plain!r}"
+    )

@@ -71,6 +71,15 @@ class DeadLetter:
     error: str
     operator: str
 
+    def to_state(self) -> tuple[Any, ...]:
+        """As plain data, a side output's ``("dead_letter", ...)`` in ``operators.state``."""
+        return ("dead_letter", self.value, self.timestamp_ms, self.attempts, self.error_type, self.error, self.operator)
+
+    @classmethod
+    def from_state(cls, state: tuple[Any, ...]) -> DeadLetter:
+        """The dead letter that ``to_state`` wrote."""
+        return cls(*state[1:])
+
 
 def copy_input(value: Any, timestamp_ms: int | None) -> Any:
     """A private copy of ``value`` for one attempt (the value itself when it is immutable).

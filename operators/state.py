@@ -12,17 +12,17 @@ are the user's objects and stay as they are inside the structure; the host pickl
 checkpoint (Ray and the checkpoint storage need bytes), which is the only serializer that takes
 any user object. Pickle of a *plain* structure is stable across releases; ``is_plain`` checks it.
 
-Format version 2, per operator kind (``"format"`` names the kind; a stateless operator's state
+Format version 3, per operator kind (``"format"`` names the kind; a stateless operator's state
 is ``None``)::
 
-    async_wait  {"format": "async_wait", "version": 2, "sequence": n,
+    async_wait  {"format": "async_wait", "version": 3, "sequence": n,
                  "items": [("record", value, timestamp_ms, attempt, remaining_ms, retry_in_ms, origin, key)
                            | ("watermark", timestamp_ms) | ("status", idle), ...]}   # in emission order
-    async_batch {"format": "async_batch", "version": 2, "sequence": n, "flush_remaining_ms": ms | None,
+    async_batch {"format": "async_batch", "version": 3, "sequence": n, "flush_remaining_ms": ms | None,
                  "items": [("record", value, timestamp_ms, batch, origin, key) | ("watermark", timestamp_ms)
                            | ("status", idle), ...],
                  "batches": [(batch, attempt, remaining_ms), ...]}
-    window      {"format": "window", "version": 2, "watermark": ms,
+    window      {"format": "window", "version": 3, "watermark": ms,
                  "contents": [(key, window, "value", value) | (key, window, "elements", [value, ...])
                               | (key, window, "timestamped", [(value, timestamp_ms), ...]), ...],
                  "trigger_state" | "window_state": [(key, window, {name: value}), ...],
@@ -31,6 +31,29 @@ is ``None``)::
                  "timers": {"event" | "processing": [(timestamp_ms, key, window), ...], "watermark": ms},
                  "panes": None | {"size_ms", "earliest_start", "rows_seen", "tables": [Arrow IPC stream bytes]},
                  "closed_sessions": {"widest_ms": ms, "windows": [(key, window), ...]}}   # optional
+
+An operator instance's own part of a checkpoint (the host's: the task, the input in front of
+the barriers, the output they overtook, the side outputs) is plain data too, since version 3::
+
+    instance    {"format": "instance", "version": 3,
+                 "chain": [operator state | None, ...],                 # as above, in chain order
+                 "rows": [(value, timestamp_ms), ...], "row_origins": [origin, ...] | None,  # a batch half fed
+                 "valve": {"watermarks": [ms, ...], "idle": [bool, ...], "ended": [bool, ...],
+                           "aligned": [bool, ...], "current_watermark_ms": ms, "is_idle": bool},  # a list per input
+                 "ended": [channel, ...], "watermark": ms, "records_in": n, "finishing": bool,
+                 "input" | "output": [[item, ...], ...],                # per channel, in order
+                 "reader": {"position": (piece, row), "rows_read": n, "watermarks": generator} | None,
+                 "side_outputs": {tag: [("value", value) | ("dead_letter", value, timestamp_ms, attempts,
+                                                           error_type, error, operator)
+                                        | ("late", value, timestamp_ms, reason, [(start_ms, end_ms), ...],
+                                           watermark_ms), ...]}}
+    item        ("records", {"table": Arrow IPC stream bytes, "timestamps": [ms | None, ...] | None,
+                             "origins": [origin, ...] | (split, piece, first_row | [row, ...]) | None})
+                | ("partials", Arrow IPC stream bytes, rows) | ("watermark", ms) | ("status", idle)
+                | ("barrier", checkpoint_id) | ("end",)
+
+``"reader"`` is the chained source's (``BlockReader.state``); its watermark generator is still
+the generator object, not plain data.
 
 A window is ``("time", start_ms, end_ms)`` or ``("global",)``; ``origin`` is a tuple of ints or
 None, ``key`` (of a request) a str. Times are ints of milliseconds; ``remaining_ms`` counts from
@@ -41,6 +64,13 @@ before it) and the window's ``"closed_sessions"`` (sessions already emitted and 
 late record must not open again). A state of version 1 holds neither, and restores as it is: its
 statuses had left already, and it remembers no closed session. A release that restores version 1
 only refuses version 2, which it would misread.
+
+Version 3 changed no operator's state: it made the instance's part plain, which versions 1 and 2
+wrote as pickles of actorflow's classes (the ``StatusWatermarkValve`` itself, channel items,
+``DeadLetter`` and ``LateRecord``) with no ``"format"`` or ``"version"`` of its own. Such an
+instance state restores as it is, as long as those classes unpickle; its chain's states are
+checked as usual. A release that restores versions 1 and 2 only refuses version 3: its
+operators' states name a version it does not know.
 
 Checkpoints written before the package was renamed to ``actorflow`` are pickles of classes of
 the top-level packages ``operators``, ``actors``, ``cluster`` and ``spark_bridge``. Unpickling
@@ -64,16 +94,18 @@ __all__ = [
     "load_checkpoint",
     "plain_window",
     "refuse_pre_rename",
+    "table_bytes",
+    "table_of",
     "versioned",
     "window_of",
 ]
 
 #: The state format this release writes. Raise it with any change of the structures above, and
 #: say in this module what a restore does with the previous version.
-STATE_FORMAT_VERSION = 2
+STATE_FORMAT_VERSION = 3
 #: The versions this release restores.
-RESTORED_VERSIONS = (1, 2)
-_RESTORED = " and ".join(str(v) for v in RESTORED_VERSIONS)
+RESTORED_VERSIONS = (1, 2, 3)
+_RESTORED = ", ".join(str(v) for v in RESTORED_VERSIONS[:-1]) + f" and {RESTORED_VERSIONS[-1]}"
 
 #: The top-level packages of actorflow before the rename; a checkpoint referring to them is refused.
 PRE_RENAME_PACKAGES = frozenset({"operators", "actors", "cluster", "spark_bridge"})
@@ -85,7 +117,7 @@ def versioned(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     """``body`` with the format's kind and version, as a snapshot holds it.
 
     >>> versioned("window", {"watermark": 5})
-    {'format': 'window', 'version': 2, 'watermark': 5}
+    {'format': 'window', 'version': 3, 'watermark': 5}
     """
     return {"format": kind, "version": STATE_FORMAT_VERSION, **body}
 
@@ -94,10 +126,10 @@ def check_state(kind: str, state: Any) -> dict[str, Any]:
     """``state`` if it is a ``kind`` operator's state of a format version this release restores;
     else ``StateFormatError`` naming what was expected and what was got (nothing is restored).
 
-    >>> check_state("window", {"format": "window", "version": 3})
+    >>> check_state("window", {"format": "window", "version": 4})
     Traceback (most recent call last):
     ...
-    actorflow.operators.errors.StateFormatError: window operator state has format version 3, but this actorflow restores state format versions 1 and 2 only
+    actorflow.operators.errors.StateFormatError: window operator state has format version 4, but this actorflow restores state format versions 1, 2 and 3 only
     """
     if not isinstance(state, dict) or "version" not in state:
         raise StateFormatError(
@@ -136,13 +168,38 @@ def window_of(plain: Any) -> Any:
     raise StateFormatError(f"a window in a snapshot is ('time', start_ms, end_ms) or ('global',), got {plain!r}")
 
 
+def table_bytes(table: Any) -> bytes:
+    """A ``pyarrow.Table`` as one Arrow IPC stream: how a snapshot holds a table.
+
+    >>> import pyarrow as pa
+    >>> table_of(table_bytes(pa.table({"v": [1, 2]}))).to_pydict()
+    {'v': [1, 2]}
+    """
+    import pyarrow as pa  # only a state with tables needs it
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+
+
+def table_of(data: bytes) -> Any:
+    """The table that ``table_bytes`` wrote."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(data).read_all()
+
+
 def is_plain(value: Any, path: str = "state") -> str | None:
     """None if ``value`` is plain data all the way down; else the path to the first part that is not.
+
+    A subclass of a plain type is not plain (an enum's member is a str or an int, but its pickle
+    names its class).
 
     >>> is_plain({"a": [1, ("x", b"y", None)]}), is_plain({"a": [object()]})
     (None, "state['a'][0]: object")
     """
-    if isinstance(value, _PLAIN_SCALARS):
+    if type(value) in _PLAIN_SCALARS:
         return None
     if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
         for i, item in enumerate(value):

@@ -270,12 +270,13 @@ class StreamTask:
     # ----------------------------------------------------------------- snapshot
 
     def snapshot_state(self) -> dict[str, Any]:
-        """The task's part of a checkpoint (the chain's and the in-flight input are the host's)."""
+        """The task's part of a checkpoint, plain data (``operators.state``, the instance's); the
+        chain's and the in-flight input are the host's."""
         pos = self._row_pos
         return {
             "rows": [] if self._rows is None else self._rows[pos:],
             "row_origins": None if self._rows is None or self._row_origins is None else self._row_origins[pos:],
-            "valve": self.valve,
+            "valve": self.valve.snapshot_state(),
             "ended": sorted(self.ended),
             "watermark": self.current_watermark,
             "records_in": self.records_in,
@@ -283,7 +284,13 @@ class StreamTask:
         }
 
     def restore_state(self, state: dict[str, Any]) -> None:
-        self.valve = state["valve"]
+        """Take back the task's part of a checkpoint: of format 3, or of 1 and 2, whose valve is
+        the ``StatusWatermarkValve`` itself."""
+        valve = state["valve"]
+        if isinstance(valve, StatusWatermarkValve):
+            self.valve = valve
+        else:
+            self.valve.restore_state(valve)
         self.ended = set(state["ended"])
         self.current_watermark = wm = state["watermark"]
         self.last_watermark = wm if MIN_TIMESTAMP < wm < MAX_WATERMARK else None

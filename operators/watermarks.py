@@ -30,7 +30,7 @@ from typing import Any, Callable, Protocol
 
 from .clock import Clock
 from .elements import MAX_WATERMARK, MIN_TIMESTAMP, Record, StreamElement, Watermark, WatermarkStatus
-from .errors import ConfigurationError, SchemaError, UserFunctionError, describe_value
+from .errors import ConfigurationError, SchemaError, StateFormatError, UserFunctionError, describe_value
 from .operator import OperatorContext, Output, StreamOperator
 from .timers import TimerHandle
 
@@ -352,6 +352,33 @@ class StatusWatermarkValve:
         if not all(self._ended) and not was_idle:
             self._after_input_left(channel, out)
         return out
+
+    # ------------------------------------------------------------------ snapshot
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """The valve as plain data (``operators.state``, the instance's ``"valve"``).
+
+        >>> v = StatusWatermarkValve(2)
+        >>> v.input_watermark(0, 5), v.input_watermark_status(1, idle=True)
+        ([], [Watermark(timestamp_ms=5)])
+        >>> restored = StatusWatermarkValve(2)
+        >>> restored.restore_state(v.snapshot_state()); restored.input_watermark(0, 8)
+        [Watermark(timestamp_ms=8)]
+        """
+        return {
+            "watermarks": list(self._watermarks), "idle": list(self._idle), "ended": list(self._ended),
+            "aligned": list(self._aligned), "current_watermark_ms": self.current_watermark_ms, "is_idle": self.is_idle,
+        }
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Take back what ``snapshot_state`` wrote, of a valve with as many inputs."""
+        if len(state["watermarks"]) != self.num_inputs:
+            raise StateFormatError(
+                f"the valve's state has {len(state['watermarks'])} inputs, but this valve has {self.num_inputs}"
+            )
+        self._watermarks = list(state["watermarks"])
+        self._idle, self._ended, self._aligned = list(state["idle"]), list(state["ended"]), list(state["aligned"])
+        self.current_watermark_ms, self.is_idle = state["current_watermark_ms"], state["is_idle"]
 
     # ------------------------------------------------------------------ internals
 

@@ -33,3 +33,14 @@ class LateRecord:
     reason: LateReason
     windows: tuple[tuple[int, int], ...]
     watermark_ms: int
+
+    def to_state(self) -> tuple[Any, ...]:
+        """As plain data, a side output's ``("late", ...)`` in ``operators.state`` (the reason as its str)."""
+        windows = [(start_ms, end_ms) for start_ms, end_ms in self.windows]
+        return ("late", self.value, self.timestamp_ms, self.reason.value, windows, self.watermark_ms)
+
+    @classmethod
+    def from_state(cls, state: tuple[Any, ...]) -> LateRecord:
+        """The late record that ``to_state`` wrote."""
+        _, value, timestamp_ms, reason, windows, watermark_ms = state
+        return cls(value, timestamp_ms, LateReason(reason), tuple((s, e) for s, e in windows), watermark_ms)

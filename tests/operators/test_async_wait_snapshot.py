@@ -13,6 +13,7 @@ from actorflow.operators import (
     Watermark,
     async_wait,
 )
+from actorflow.operators.state import STATE_FORMAT_VERSION
 
 from .scripted import Scripted
 
@@ -35,7 +36,7 @@ def test_snapshot_holds_in_flight_completed_unemitted_and_watermarks_in_order():
     state = pickle.loads(h.snapshot()).chain[0]
     assert state == {
         "format": "async_wait",
-        "version": 2,
+        "version": STATE_FORMAT_VERSION,
         "items": [
             ("record", "a", 1, 1, 600, None, None, "test/operator[0/1]/#0"),
             ("record", "b", 2, 1, 600, None, None, "test/operator[0/1]/#1"),  # its input is kept, and it will run again

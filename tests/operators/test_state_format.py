@@ -1,5 +1,5 @@
 """The versioned state format (operators/state.py): plain data, a version checked at restore,
-checked-in checkpoints of formats 1 and 2 that this release restores, and pre-rename pickles refused."""
+checked-in checkpoints of formats 1, 2 and 3 that this release restores, and pre-rename pickles refused."""
 
 from __future__ import annotations
 
@@ -72,9 +72,10 @@ def _continue(fn: Scripted, h: OperatorHarness) -> list[object]:
     return h.output
 
 
-def test_the_format_2_fixture_restores_its_queued_status_and_its_closed_session():
+@pytest.mark.parametrize("version", [2, 3])  # 3 changed the instance's part only
+def test_the_fixtures_from_format_2_on_restore_their_queued_status_and_their_closed_session(version):
     fn = Scripted()
-    h = restored_fixture(fn, FIXTURES[2])
+    h = restored_fixture(fn, FIXTURES[version])
     assert [v for v, _ in fn.calls] == [{"k": "a", "v": 3}, {"k": "b", "v": 4}, {"k": "a", "v": 7}]
     # The status leaves behind the three records it queued behind; the record of "c" at -30 meets
     # the session [-60, -10) emitted and cleaned up before the snapshot: late, not a second session.
@@ -116,12 +117,14 @@ def test_the_walk_finds_a_class_of_ours():
 @pytest.mark.parametrize("index, kind", [(0, "async_wait"), (1, "window")])
 def test_another_version_is_refused_naming_both_versions(index, kind):
     chain = pickle.loads(FIXTURE.read_bytes())
-    chain[index] = {**chain[index], "version": 3}
+    chain[index] = {**chain[index], "version": 4}
     h = OperatorHarness(make_chain(Scripted()))
     h.restore(pickle.dumps(chain))
     with pytest.raises(StateFormatError) as info:
         h.open()
-    assert str(info.value) == f"{kind} operator state has format version 3, but this actorflow restores state format versions 1 and 2 only"
+    assert str(info.value) == (
+        f"{kind} operator state has format version 4, but this actorflow restores state format versions 1, 2 and 3 only"
+    )
 
 
 def test_an_unversioned_window_state_the_pickle_of_earlier_releases_is_refused():
