@@ -20,6 +20,7 @@ import functools
 import importlib
 import inspect
 import os
+import re
 import socket
 import sys
 import time
@@ -586,7 +587,36 @@ def _status_table(epoch_ms: bool = False) -> tuple[str, set[str]]:
             f"{f.get('in_flight_requests', ''):>9} {watermark:>24} "
             f"{last_checkpoint[name.split('/', 1)[0]]:>10} {f.get('restarts', ''):>8}"
         )
+        if f:
+            lines.append(f"    {_mailbox_text(name, f)}")
     return "\n".join(lines), running
+
+
+def _mailbox_text(name: str, figures: dict[str, Any]) -> str:
+    """Whether the instance's input waits and why, and its mailbox: the line under its row.
+
+    >>> _mailbox_text("j/slow+window[0/1]", {"suspended": "async_queue_full", "mailbox_depth": 64,
+    ...               "mailbox_depth_by_priority": {0: 60, 1: 4}, "oldest_mail_age_ms": 1_234})
+    'suspended: async_queue_full, 64 mails (slow 60, window 4), oldest 1.2 s'
+    >>> _mailbox_text("j/slow[0/1]", {"suspended": None, "mailbox_depth": 1,
+    ...               "mailbox_depth_by_priority": {0: 1}, "oldest_mail_age_ms": 3})
+    'running, 1 mail, oldest 3 ms'
+    """
+    from actorflow.operators.mailbox import MAX_PRIORITY, MIN_PRIORITY
+
+    suspended = figures.get("suspended")
+    depth = int(figures.get("mailbox_depth") or 0)
+    text = ("running" if suspended is None else f"suspended: {suspended}") + f", {depth:,} mail{'s' if depth != 1 else ''}"
+    by_priority = figures.get("mailbox_depth_by_priority") or {}
+    if len(by_priority) > 1:
+        # A mail's priority is its operator's place in the chain (<operator>+<operator> in the name).
+        operators = re.sub(r"\[\d+/\d+\](@\d+)?$", "", name.split("/", 1)[-1]).split("+")
+        labels = {MIN_PRIORITY: "deferred", MAX_PRIORITY: "control", **dict(enumerate(operators))}
+        text += " (" + ", ".join(f"{labels.get(p, f'priority {p}')} {n:,}" for p, n in by_priority.items()) + ")"
+    oldest = figures.get("oldest_mail_age_ms")
+    if oldest is not None:
+        text += f", oldest {oldest} ms" if oldest < 1_000 else f", oldest {oldest / 1000:.1f} s"
+    return text
 
 
 def _how_it_stopped(job: str) -> str:

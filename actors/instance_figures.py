@@ -39,13 +39,15 @@ class InstanceFigures:
         self._processor: Any = None
         self._outbox: Any = None
         self._output: Any = None
+        self._reader: Any = None  # the source split it reads itself, if it does
         self._backpressured_ms = 0  # time the output could not leave (the outbox was full)
         self._backpressured_since: int | None = None
         self._cpu_at_start: tuple[float, float] | None = None  # (event-loop thread, process) CPU seconds
 
-    def started(self, processor: Any, outbox: Any, output: Any) -> None:
-        """The chain is open: its operators' metrics and queues exist from here."""
-        self._processor, self._outbox, self._output = processor, outbox, output
+    def started(self, processor: Any, outbox: Any, output: Any, reader: Any = None) -> None:
+        """The chain is open: its operators' metrics and queues exist from here. ``reader``: the
+        ``BlockReader`` of the source split the instance reads itself, if it does."""
+        self._processor, self._outbox, self._output, self._reader = processor, outbox, output, reader
         self._cpu_at_start = (time.thread_time(), time.process_time())
 
     def output_full(self) -> None:
@@ -121,6 +123,9 @@ class InstanceFigures:
             "restarts": self.restarts,
             **self._cpu_figures(),
             **totals,
+            # The row that brought the largest event time of the split it reads: what moved the
+            # watermark, and what the late accounting names (``BlockReader.max_timestamp_record``).
+            **({"max_timestamp_record": self._reader.max_timestamp_record()} if self._reader is not None else {}),
         }
 
     def _cpu_figures(self) -> dict[str, float | None]:

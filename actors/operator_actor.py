@@ -187,7 +187,7 @@ class OperatorActor:
             self._side_outputs = InstanceCheckpoints.restore(restored, self._task, self._outbox)
         self._chain.open()
         self._chain_open = True  # the operators' metrics and queues exist from here
-        self._figures.started(self.processor, self._outbox, self._output)
+        self._figures.started(self.processor, self._outbox, self._output, self._reader)
         self._exporter = OperatorMetricsExporter(spec.job, spec.name, f"{spec.index}/{spec.parallelism}")
         self._exporter.export(self._figures.figures())
         # Records are mostly acyclic and freed by reference counting; what was built so far lives

@@ -12,8 +12,10 @@ then routes its split by key, its own keys into its own input and the others' to
 from __future__ import annotations
 
 import asyncio
+import datetime
 import pickle
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -33,7 +35,7 @@ from .naming import instance_name, task_name
 from .output import PreAggregate, partials_of, pre_aggregator
 from .store_pages import process_pages
 
-__all__ = ["BlockReader", "LocalChannel", "SourceActor", "event_time_ms", "route_items"]
+__all__ = ["BlockReader", "LocalChannel", "MaxTimestampRow", "SourceActor", "event_time_ms", "route_items"]
 
 
 def event_time_ms(table: pa.Table, column: str) -> pa.Array:
@@ -60,6 +62,39 @@ def event_time_ms(table: pa.Table, column: str) -> pa.Array:
             f"event-time column {column!r} must be a timestamp, date or integer of milliseconds, got {col.type}"
         )
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+@dataclass
+class MaxTimestampRow:
+    """The row with the largest event time a reader has read: its watermark derives from it.
+
+    ``row`` counts the split's rows from 0 (with one split and no ``key_by``, the input's row, in
+    the order ``df.collect()`` gives). The row itself stays a one-row slice of its block until
+    ``settle`` turns it into a short text of its values: once the reader leaves the block, or a
+    checkpoint or the figures ask for it, so that the hot path converts nothing, and the slice
+    keeps no block alive after the reader has left it.
+    """
+
+    timestamp_ms: int
+    split: int
+    row: int
+    rows: pa.Table | None
+    values: str | None = None
+
+    def settle(self) -> None:
+        if self.rows is not None:
+            # Times as they read (9999-12-31 00:00:00+00:00), the rest as Python writes it.
+            row = self.rows.to_pylist()[0]
+            text = "{" + ", ".join(f"{k!r}: {v if isinstance(v, (datetime.date, datetime.time)) else repr(v)}"
+                                   for k, v in row.items()) + "}"
+            self.values = text if len(text) <= 160 else text[:157] + "..."
+            self.rows = None
+
+    def figures(self, out_of_orderness_ms: int) -> dict[str, Any]:
+        """What the instance's figures say of it: ``max_timestamp_record``."""
+        self.settle()
+        return {"timestamp_ms": self.timestamp_ms, "watermark_ms": self.timestamp_ms - out_of_orderness_ms - 1,
+                "split": self.split, "row": self.row, "values": self.values}
 
 
 class BlockReader:
@@ -101,8 +136,19 @@ class BlockReader:
 
     def state(self) -> dict[str, Any]:
         """Where the reader is, for a checkpoint: the position, the rows read, and the
-        watermark generator (the largest event time seen, idleness)."""
+        watermark generator (the largest event time seen and its row, idleness)."""
+        self._settle_max_row()
         return {"position": self.position, "rows_read": self.rows_read, "watermarks": self._watermarks}
+
+    def max_timestamp_record(self) -> dict[str, Any] | None:
+        """The row with the largest event time read so far (``MaxTimestampRow.figures``), or None."""
+        row = getattr(self._watermarks, "max_record", None)
+        return row.figures(self._out_of_orderness_ms) if isinstance(row, MaxTimestampRow) else None
+
+    def _settle_max_row(self) -> None:
+        row = getattr(self._watermarks, "max_record", None)
+        if isinstance(row, MaxTimestampRow):
+            row.settle()
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from ``state``; call it before ``items()``."""
@@ -122,6 +168,8 @@ class BlockReader:
         if self._watermarks is None:
             self._watermarks = self._generator()
         watermarks = self._watermarks
+        # The generator that keeps the largest timestamp, inside the idleness wrapper if any.
+        bounded = getattr(watermarks, "watermarks", watermarks)
         start_piece, start_rows = self.position
         tick_s = None if self._idleness_ms is None else min(self._idleness_ms, 100) / 1000
         last_ref: Any = None
@@ -146,6 +194,7 @@ class BlockReader:
                     table = await future
                 if not isinstance(table, pa.Table):  # a pandas block
                     table = pa.Table.from_pandas(table, preserve_index=False)
+                self._settle_max_row()  # its slice must not keep the block it leaves alive
                 whole = RowBatch(table, event_time_ms(table, event_time) if event_time is not None else None)
                 whole_bytes = table.nbytes
                 last_ref = ref
@@ -155,7 +204,14 @@ class BlockReader:
                     origins=(self._split, piece_index, offset - first))
                 after: list[Any] = []
                 if batch.timestamps is not None and batch.num_rows:
-                    watermarks.on_event(pc.max(batch.timestamps).as_py())
+                    top = pc.max(batch.timestamps).as_py()
+                    row = None
+                    if bounded.max_timestamp_ms is None or top > bounded.max_timestamp_ms:
+                        # The batch moves event time on: keep the row that does (a vectorised
+                        # search, once per batch), so that late records can name it.
+                        i = pc.index(batch.timestamps, top).as_py()
+                        row = MaxTimestampRow(top, self._split, self.rows_read + i, batch.table.slice(i, 1))
+                    watermarks.on_event(top, row)  # idleness counts every batch as activity
                     for element in watermarks.on_periodic_emit():
                         # Back from idleness before the records; a watermark only after them,
                         # or it would make them late.
@@ -389,4 +445,4 @@ class SourceActor:
         and the end go to all of them."""
         reader = self._connected_reader()
         await route_items(reader, self._senders, self._router, self._between_items, pre_aggregator(self._head))
-        return {"name": self.name, "rows_sent": reader.rows_read}
+        return {"name": self.name, "rows_sent": reader.rows_read, "max_timestamp_record": reader.max_timestamp_record()}

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .job import JobResult
 
-__all__ = ["OperatorSummary", "job_html", "job_text", "operator_summaries"]
+__all__ = ["OperatorSummary", "job_html", "job_text", "late_reasons", "operator_summaries", "watermark_cause"]
+
+_LATE_REASONS = ("behind_watermark", "past_allowed_lateness", "window_closed")
 
 # An instance's name: <job>/<operator>[<i>/<n>], and @<attempt> after a restart.
 _INSTANCE = re.compile(r"^(?P<operator>.+)\[(?P<index>\d+)/(?P<parallelism>\d+)\](?:@\d+)?$")
@@ -67,7 +69,7 @@ def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[Operator
         summary.dead_letters += int(figure.get("dead_letters", 0))
         summary.retries += int(figure.get("retries", 0))
         summary.timeouts += int(figure.get("timeouts", 0))
-        for reason in ("behind_watermark", "past_allowed_lateness", "window_closed"):
+        for reason in _LATE_REASONS:
             if figure.get(f"late_{reason}"):
                 summary.late_records[reason] = summary.late_records.get(reason, 0) + int(figure[f"late_{reason}"])
         watermark = figure.get("last_watermark_ms", figure.get("watermark_ms"))
@@ -92,7 +94,7 @@ def job_text(result: "JobResult") -> str:
     dead = sum(o.dead_letters for o in operators)
     if dead:
         parts.append(f"{dead:,} dead letters")
-    late = _late_records(operators)
+    late = _late_records(result.figures)
     if late:
         parts.append(late)
     watermark = _job_watermark(operators)
@@ -116,7 +118,7 @@ def job_html(result: "JobResult") -> str:
         ("throughput", _text(throughput)),
         ("last watermark", _watermark_html(watermark)),
         ("dead letters", _text(f"{sum(o.dead_letters for o in operators):,}")),
-        ("late records", _text(_late_records(operators) or "0")),
+        ("late records", _text(_late_records(result.figures) or "0")),
         ("restarts", _text(str(result.restarts)) + _failures_html(result.failures)),
         ("checkpoints", _text(_checkpoints(result.checkpoints))),
     ]
@@ -139,15 +141,47 @@ def job_html(result: "JobResult") -> str:
     )
 
 
-def _late_records(operators: list[OperatorSummary]) -> str:
-    """The late records of the job's windows by reason: "12 late records (behind_watermark 12)", or ""."""
-    reasons: dict[str, int] = {}
-    for o in operators:
-        for reason, n in o.late_records.items():
-            reasons[reason] = reasons.get(reason, 0) + n
+def _late_records(figures: list[dict[str, Any]]) -> str:
+    """The late records of the job's windows by reason, and the record that moved the watermark
+    furthest: "12 late records (behind_watermark 12); the watermark reached ...", or ""."""
+    reasons = late_reasons(figures)
     if not reasons:
         return ""
-    return f"{sum(reasons.values()):,} late records ({', '.join(f'{r} {n:,}' for r, n in sorted(reasons.items()))})"
+    late = f"{sum(reasons.values()):,} late records ({', '.join(f'{r} {n:,}' for r, n in reasons.items())})"
+    cause = watermark_cause(figures)
+    return f"{late}; {cause}" if cause else late
+
+
+def late_reasons(figures: list[dict[str, Any]]) -> dict[str, int]:
+    """The late records of the job's windows by reason (``operators.windows.LateReason``), in
+    the order of the reasons' names; only those that came.
+
+    >>> late_reasons([{"late_behind_watermark": 0, "late_window_closed": 2}, {"late_window_closed": 1}])
+    {'window_closed': 3}
+    """
+    reasons: dict[str, int] = {}
+    for figure in figures:
+        for reason in _LATE_REASONS:
+            if figure.get(f"late_{reason}"):
+                reasons[reason] = reasons.get(reason, 0) + int(figure[f"late_{reason}"])
+    return dict(sorted(reasons.items()))
+
+
+def watermark_cause(figures: list[dict[str, Any]]) -> str:
+    """The record with the largest event time the job read, which moved the watermark furthest,
+    and how far: what makes records late, when one timestamp is absurd (a row dated 9999-12-31).
+    From the ``max_timestamp_record`` of the instances that read the source; "" if none has one.
+
+    >>> watermark_cause([{"name": "j/source[0/1]", "max_timestamp_record": {"timestamp_ms": 253402214400000,
+    ...     "watermark_ms": 253402214394999, "split": 0, "row": 17, "values": "{'user': 3}"}}])
+    "the watermark reached 9999-12-30 23:59:54.999 UTC through the record at split 0 row 17 (event time 9999-12-31 00:00:00.000 UTC): {'user': 3}"
+    """
+    rows = [f["max_timestamp_record"] for f in figures if f.get("max_timestamp_record")]
+    if not rows:
+        return ""
+    top = max(rows, key=lambda r: r["timestamp_ms"])
+    return (f"the watermark reached {_format_watermark(top['watermark_ms'])} through the record at split "
+            f"{top['split']} row {top['row']:,} (event time {_format_watermark(top['timestamp_ms'])}): {top['values']}")
 
 
 def _text(value: str) -> str:
@@ -162,7 +196,8 @@ def _job_watermark(operators: list[OperatorSummary]) -> int | None:
 
 def _format_watermark(ms: int) -> str:
     try:
-        moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+        # In whole milliseconds: a float of seconds loses the last digit by year 9999.
+        moment = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(milliseconds=ms)
     except (OverflowError, OSError, ValueError):
         return f"{ms} ms"
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"

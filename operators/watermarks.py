@@ -60,25 +60,33 @@ class WatermarkGenerator(Protocol):
 class BoundedOutOfOrdernessWatermarks:
     """Watermark = largest timestamp seen − ``out_of_orderness_ms`` − 1; emitted only when it advances.
 
-    A record at most ``out_of_orderness_ms`` behind the largest timestamp is never late.
+    A record at most ``out_of_orderness_ms`` behind the largest timestamp is never late. The
+    record that brought the largest timestamp, as the caller gives it to ``on_event``, is kept as
+    ``max_record``: one absurd timestamp (a row dated 9999-12-31) moves the watermark as far as it
+    goes and makes every later record late, and that record is what the late accounting names.
 
     >>> g = BoundedOutOfOrdernessWatermarks(100)
     >>> g.on_periodic_emit()
     []
-    >>> g.on_event(1000); g.on_event(900); g.on_periodic_emit()
+    >>> g.on_event(1000, "row 0"); g.on_event(900, "row 1"); g.on_periodic_emit()
     [Watermark(timestamp_ms=899)]
-    >>> g.on_periodic_emit()
-    []
+    >>> g.on_periodic_emit(), g.max_record
+    ([], 'row 0')
     """
+
+    max_record: Any = None  # also for a generator pickled before it kept one (a checkpoint's)
 
     def __init__(self, out_of_orderness_ms: int) -> None:
         self.out_of_orderness_ms = _non_negative_ms("out_of_orderness_ms", out_of_orderness_ms)
         self.max_timestamp_ms: int | None = None
+        #: What ``on_event`` was told of the record with the largest timestamp (None if nothing).
+        self.max_record = None
         self._emitted_ms = MIN_TIMESTAMP
 
-    def on_event(self, timestamp_ms: int) -> None:
+    def on_event(self, timestamp_ms: int, record: Any = None) -> None:
         if self.max_timestamp_ms is None or timestamp_ms > self.max_timestamp_ms:
             self.max_timestamp_ms = timestamp_ms
+            self.max_record = record
 
     def current_watermark_ms(self) -> int | None:
         """The watermark the records so far allow, or None before the first record."""
@@ -119,10 +127,13 @@ class WatermarksWithIdleness:
     [WatermarkStatus(idle=False), Watermark(timestamp_ms=59)]
     """
 
+    _keeps_records = False  # a generator pickled before records were passed on (a checkpoint's)
+
     def __init__(self, watermarks: WatermarkGenerator, idleness_ms: int, clock: Clock | None = None) -> None:
         if isinstance(idleness_ms, bool) or not isinstance(idleness_ms, int) or idleness_ms <= 0:
             raise ConfigurationError(f"idleness_ms must be an int of milliseconds > 0, got {idleness_ms!r}")
         self.watermarks = watermarks
+        self._keeps_records = isinstance(watermarks, (BoundedOutOfOrdernessWatermarks, WatermarksWithIdleness))
         self.idleness_ms = idleness_ms
         self._clock = clock
         self._last_activity_ms: int | None = None
@@ -139,8 +150,16 @@ class WatermarksWithIdleness:
             raise ConfigurationError("WatermarksWithIdleness has no clock; pass clock= or run it in TimestampsAndWatermarksOperator")
         return self._clock.now_ms()
 
-    def on_event(self, timestamp_ms: int) -> None:
-        self.watermarks.on_event(timestamp_ms)
+    @property
+    def max_record(self) -> Any:
+        """The wrapped generator's ``max_record``, where it keeps one."""
+        return getattr(self.watermarks, "max_record", None)
+
+    def on_event(self, timestamp_ms: int, record: Any = None) -> None:
+        if record is not None and self._keeps_records:
+            self.watermarks.on_event(timestamp_ms, record)  # type: ignore[call-arg]
+        else:
+            self.watermarks.on_event(timestamp_ms)  # a generator of the user's takes the timestamp alone
         self._last_activity_ms = self._now_ms()
         self._unseen_activity = True
 

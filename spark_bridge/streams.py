@@ -18,6 +18,7 @@ from actorflow.actors.source_actor import event_time_ms
 from actorflow.cluster.datastream import DataStream, check_event_time_settings, check_int
 from actorflow.cluster.job import CheckpointConfig, JobResult, run_job
 from actorflow.cluster.job_graph import JobGraph, SourceNode
+from actorflow.cluster.job_report import late_reasons, watermark_cause
 from actorflow.cluster.warm_workers import prestart_task_workers, prestart_workers
 from actorflow.operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from actorflow.actors.arrow_rows import unify_output_schemas
@@ -158,9 +159,14 @@ class SparkDataStream(DataStream):
         del refs
         dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
         if dropped:
+            # Why, too: the reasons, and the record that moved the watermark that far (one absurd
+            # timestamp makes every later record late).
+            reasons = ", ".join(f"{r} {n:,}" for r, n in late_reasons(result.figures).items())
+            cause = watermark_cause(result.figures)
             warnings.warn(
-                f"{dropped} late records were dropped by windows without a late-data side output; "
-                "call side_output_late_data(tag) on the window to keep them", stacklevel=2,
+                f"{dropped:,} late records were dropped by windows without a late-data side output"
+                + (f" (late records by reason: {reasons})" if reasons else "") + (f"; {cause}" if cause else "")
+                + "; call side_output_late_data(tag) on the window to keep them", stacklevel=2,
             )
         letters = result.side_outputs.get(DEAD_LETTER, [])
         if not dead_letters and (letters or self._null_rows is not None):

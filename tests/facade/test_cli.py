@@ -298,3 +298,27 @@ def test_run_writes_the_output_as_parquet_and_says_where(ray_session, tmp_path, 
 
     again = _actorflow(*args)
     assert again.returncode == 2 and f"--output {out} exists" in again.stderr, again.stderr[-2000:]
+
+
+async def _held(row: dict) -> list[dict]:
+    await asyncio.Event().wait()  # never set: every request stays in flight, and the queue fills
+    return [row]
+
+
+def test_status_says_why_an_instance_waits_and_what_its_mailbox_holds(ray_session):
+    from actorflow.cluster import from_arrow
+
+    stream = from_arrow([pa.table({"user": list(range(1_000))})], parallelism=1, batch_size=10,
+                        job_name="held-users").async_map(_held, capacity=4, name="held")
+    job = Background(lambda: stream.execute(progress=False))
+    actor = poll(lambda: find_actor("held-users/held[0/1]"))
+    poll(lambda: ray.get(actor.stats.remote())["suspended"] == "async_queue_full")
+    done = _actorflow("status", "--address", ray.get_runtime_context().gcs_address)
+    ray.kill(actor)  # the job fails and cleans up; the test has seen what it needed
+    assert job.failed_with(JobFailedError, "an actor died"), job.error
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("held-users/held[0/1]")]
+    assert int(lines[at].split()[4]) == 4  # every request of its capacity in flight
+    # The line under it: the wait and the mailbox (nothing completes, so no result waits in it).
+    assert re.fullmatch(r"    suspended: async_queue_full, \d+ mails?(, oldest \d+ ms|, oldest \d+\.\d s)?", lines[at + 1]), lines
