@@ -144,18 +144,17 @@ def _write_output(path: str, checkpoints: tuple[Any, str] | None, result: Any) -
 
 
 def _fresh_job(job: str, checkpoint_dir: str, overwrite: bool) -> tuple[Any, str]:
-    """The storage of a fresh run's checkpoints, and the directory to resume it from. The
-    checkpoints of an earlier run that did not finish are refused, as ``run_job`` refuses them,
-    with the command's own words; ``--overwrite`` deletes them."""
+    """The storage of a fresh run's checkpoints, and the directory to resume it from. It starts
+    afresh as ``run_job`` starts it (``overwrite=True`` there), before the job, so that the
+    refusal of an earlier run's checkpoints speaks the command's words."""
+    from actorflow.cluster.checkpoints import UnfinishedRunError
+
     storage = _storage(checkpoint_dir, job)
     where = f"{checkpoint_dir.rstrip('/')}/{job}"
-    earlier = storage.unfinished_run()
-    if earlier is not None:
-        if not overwrite:
-            raise _Usage(f"job {job!r} has the checkpoints of an earlier run that did not finish in {where!r} (the latest "
-                         f"complete one: chk-{earlier.checkpoint_id}); go on from it with --resume-from {where}, "
-                         "or delete them and start afresh with --overwrite")
-        storage.clear()
+    try:
+        storage.start_afresh(where, overwrite=overwrite)
+    except UnfinishedRunError as earlier:
+        raise _Usage(earlier.advice(f"--resume-from {where}", "--overwrite")) from None
     return storage, where
 
 

@@ -226,7 +226,7 @@ class DataStream:
         self, *, output_schema: pa.Schema | None = None, progress: bool = True,
         checkpoint_interval_ms: int | None = None, checkpoint_dir: str | None = None,
         resume_from: str | None = None, max_restarts: int = 20, restart_window_s: float = 60.0,
-        checkpoint_timeout_ms: int = 60_000, checkpoint_filesystem: Any = None,
+        checkpoint_timeout_ms: int = 60_000, checkpoint_filesystem: Any = None, overwrite: bool = False,
     ) -> JobResult:
         """Run the pipeline to the end of its input; the output stays in the object store.
 
@@ -234,14 +234,22 @@ class DataStream:
         ``checkpoint_dir``, a path or ``pyarrow.fs`` URI), and recovers from the death of any of
         its actors, up to ``max_restarts`` within ``restart_window_s``. ``resume_from`` starts it
         from the latest checkpoint of an earlier run (its job directory, ``<checkpoint_dir>/<job>``).
-        A checkpoint not complete after ``checkpoint_timeout_ms`` is aborted.
+        A fresh run refuses the checkpoints of an earlier run of the job that did not finish,
+        naming the ``resume_from`` to go on from; ``overwrite=True`` deletes them and starts
+        afresh (not with ``resume_from``). A checkpoint not complete after
+        ``checkpoint_timeout_ms`` is aborted.
+
+        ``progress`` shows a bar from the call's start: its phase (``snapshot`` of a Spark input,
+        ``deploy`` of the actors, ``run``, ``collect`` of the output), the input records done, and
+        the rate since the start. It ends at 100 % when the call returns, or where the call failed.
         """
         self._check_ray()
         result = run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress,
                          side_tags=("dead_letter", *self._graph.side_tags),
                          checkpoint=CheckpointConfig(
                              checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
-                             resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s))
+                             resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s,
+                             overwrite=overwrite))
         # For the next job's actors, one per actor of this one, and for their Ray tasks; and for
         # the driver's own tasks, if it has used them (the snapshot of the next DataFrame).
         prestart_workers(result.actor_processes, self._graph.worker_processes)

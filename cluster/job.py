@@ -21,7 +21,6 @@ from typing import Any, Callable
 import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
-from tqdm.auto import tqdm
 
 from actorflow.actors.naming import instance_name, task_name, validate_job_name
 from actorflow.actors.operator_actor import ChainSpec, OperatorActor
@@ -35,6 +34,7 @@ from .checkpoints.storage import CheckpointError, CheckpointStorage
 from .job_graph import JobGraph, SourceNode, Stage
 from .job_report import job_html, job_text
 from .pickling import explain_unpicklable
+from .progress import current_progress, reports_progress
 from .warm_workers import ACTOR_RUNTIME_ENV, end_top_ups, learn_actor_env, prestart_workers
 
 __all__ = ["CheckpointConfig", "JobResult", "default_checkpoint_directory", "run_job"]
@@ -129,6 +129,7 @@ class _NamedActor:
                 time.sleep(0.05)
 
 
+@reports_progress
 def run_job(
     graph: JobGraph,
     *,
@@ -152,6 +153,9 @@ def run_job(
     ``tables``. A checkpointed job's output is in storage instead: ``on_finish`` is not called,
     and ``tables`` holds it.
 
+    With ``progress``, a bar shows the job's phases and its input records done, from the start
+    of the outermost call that runs it (``to_spark()``, ``enrich()``: see ``cluster.progress``).
+
     The operator and source actors ask Ray for ``actor_num_cpus`` and ``actor_resources``
     (custom resources, which can keep them to the nodes that offer them).
 
@@ -165,6 +169,7 @@ def run_job(
     """
     resumed = checkpoint.resume_from.rstrip("/").rpartition("/")[2] if checkpoint and checkpoint.resume_from else None
     job = validate_job_name(job_name or resumed or f"job-{uuid.uuid4().hex[:8]}")
+    current_progress().name(job)
     config = checkpoint if checkpoint is not None and checkpoint.enabled else None
     started = time.perf_counter()
     end_top_ups()  # the last job's: this one takes what waits, and tops up as it ends
@@ -173,7 +178,7 @@ def run_job(
         attempt = _Attempt(graph, job, 0, None, None, None, output_schema, placement, stream_output=on_finish is not None)
         try:
             attempt.deploy()
-            attempt.await_end(progress, started)
+            attempt.await_end(started)
             return attempt.result(started, side_tags, on_finish)
         except _AttemptFailed as failure:
             raise _job_failure(job, failure.error) from _cause(failure.error)
@@ -181,12 +186,12 @@ def run_job(
             raise _job_failure(job, error) from _cause(error)
         finally:
             attempt.kill()
-    return _run_recoverable(graph, job, config, started, output_schema, side_tags, progress, placement)
+    return _run_recoverable(graph, job, config, started, output_schema, side_tags, placement)
 
 
 def _run_recoverable(
     graph: JobGraph, job: str, config: CheckpointConfig, started: float, output_schema: pa.Schema | None,
-    side_tags: tuple[str, ...], progress: bool, placement: dict[str, Any],
+    side_tags: tuple[str, ...], placement: dict[str, Any],
 ) -> JobResult:
     checkpoints, first_id = _open_checkpoints(job, config)
     coordinator = _remote(CheckpointCoordinator, instance_name(job, COORDINATOR, 0, 1), {"num_cpus": 0}).remote(
@@ -209,7 +214,7 @@ def _run_recoverable(
                     failed_at = None
                 standby = _standby(len(attempt.handles), 0.0 if number else STANDBY_AFTER_S)
                 try:
-                    attempt.await_end(progress, started)
+                    attempt.await_end(started)
                 finally:
                     standby.cancel()
                 ray.get(coordinator.stop.remote())
@@ -282,7 +287,8 @@ def _open_checkpoints(job: str, config: CheckpointConfig) -> tuple[JobCheckpoint
     was interrupted, or still runs are refused, never deleted: re-running a script that crashed
     would otherwise throw away the state it could go on from. Refusing, rather than keeping them
     beside the new ones, keeps one run per job directory, so that ``resume_from`` always means
-    the one it names; the error says how to resume, or that removing the directory starts afresh.
+    the one it names; the error says how to resume, or to start afresh with ``overwrite=True``,
+    which deletes them.
     """
     if config.resume_from is not None:
         path = config.resume_from.rstrip("/")
@@ -306,14 +312,7 @@ def _open_checkpoints(job: str, config: CheckpointConfig) -> tuple[JobCheckpoint
         return JobCheckpoints(storage), max(ids) + 1
     directory = config.directory or default_checkpoint_directory()
     storage = CheckpointStorage(directory, job=job, filesystem=config.filesystem)
-    earlier = storage.unfinished_run()
-    if earlier is not None:
-        where = f"{directory.rstrip('/')}/{job}"
-        raise CheckpointError(
-            f"job {job!r} has the checkpoints of an earlier run that did not finish in {where!r} (the latest "
-            f"complete one: chk-{earlier.checkpoint_id}); go on from it with resume_from={where!r}, or remove "
-            "that directory (or name the job otherwise) to start afresh")
-    storage.clear()
+    storage.start_afresh(f"{directory.rstrip('/')}/{job}", overwrite=config.overwrite)
     return JobCheckpoints(storage), 1
 
 
@@ -425,6 +424,10 @@ class _Attempt:
         graph, job = self.graph, self.job
         stages = graph.stages()
         source = graph.source
+        progress = current_progress()
+        deploying = "deploy" if self.number == 0 else "recover"
+        # What the call waits on first: a Spark DataFrame's snapshot, which the actors start beside.
+        progress.phase("snapshot" if source.blocks is None else deploying)
         chained_source = stages[0].partitioning is Partitioning.FORWARD
         # A keyed first stage with the source's parallelism reads the source itself too: each
         # instance routes its split by key over the stage, and no source actors start.
@@ -495,6 +498,8 @@ class _Attempt:
 
         # The processes start while the input is prepared (a Spark DataFrame's snapshot).
         splits = graph.splits()
+        progress.phase(deploying)
+        progress.set_total(source.total_rows)
         connects = [
             actor.connect.remote(targets, _reader(source, splits[i], i), first, stages[0].key) if reads and keyed_source
             else actor.connect.remote(targets, _reader(source, splits[i], i) if reads else None)
@@ -523,11 +528,11 @@ class _Attempt:
         self.blocks.append(drain.blocks)
         self._drains.append(drain)
 
-    def await_end(self, progress: bool, started: float) -> None:
+    def await_end(self, started: float) -> None:
         operators = [a for actors in self.stage_actors for a in actors]
-        _await_job(self.job, self.refs, self.stage_actors[0], operators, self.graph.source.total_rows, progress,
-                   started, self.samples)
+        _await_job(self.refs, self.stage_actors[0], operators, self.graph.source.total_rows, started, self.samples)
         self._times["run"] = time.perf_counter()
+        current_progress().phase("collect")
 
     def result(
         self, started: float, side_tags: tuple[str, ...], on_finish: Callable[..., Any] | None,
@@ -614,10 +619,10 @@ def _reader(source: SourceNode, blocks: list[Any], split: int) -> BlockReader:
 
 
 def _await_job(
-    job: str, refs: list[Any], first_stage: list[Any], operators: list[Any], total_rows: int, progress: bool,
-    started: float, samples: list[tuple[float, int, int]],
+    refs: list[Any], first_stage: list[Any], operators: list[Any], total_rows: int, started: float,
+    samples: list[tuple[float, int, int]],
 ) -> None:
-    """Wait for the job, failing fast; the bar counts input records that have an outcome.
+    """Wait for the job, failing fast; the call's bar counts input records that have an outcome.
 
     A record is done once the first stage has emitted its outcome (or filtered it out). The
     bar also shows the requests in flight in every stage and the age of the oldest, so that a
@@ -627,36 +632,29 @@ def _await_job(
     requests in flight)``; the last, at the end, has every record done.
     """
     pending = list(refs)
-    bar = tqdm(total=total_rows, unit="rec", desc=job, delay=2.0, disable=not progress, leave=False)
+    progress = current_progress()
+    progress.phase("run")
     polled = 0.0
-    try:
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
-            for ref in ready:
-                try:
-                    ray.get(ref)
-                except RayError as error:
-                    raise _AttemptFailed(error) from _cause(error)
-            if pending and time.perf_counter() - polled >= 0.5:
-                polled = time.perf_counter()
-                try:
-                    figures = ray.get([a.record_progress.remote() for a in operators])
-                except RayError as error:  # an actor died between two polls
-                    raise _AttemptFailed(error) from _cause(error)
-                done = min(total_rows, sum(f["done"] for f in figures[: len(first_stage)]))
-                in_flight = sum(f["in_flight"] for f in figures)
-                samples.append((polled - started, done, in_flight))
-                if not bar.disable:
-                    bar.update(done - bar.n)
-                    oldest = max((f["oldest_ms"] for f in figures if f["oldest_ms"] is not None), default=None)
-                    bar.set_postfix_str(
-                        f"in flight {in_flight}" + ("" if oldest is None else f", oldest {oldest / 1000:.1f}s"),
-                        refresh=False,
-                    )
-        bar.update(total_rows - bar.n)
-        samples.append((time.perf_counter() - started, total_rows, 0))
-    finally:
-        bar.close()
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=0.1)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayError as error:
+                raise _AttemptFailed(error) from _cause(error)
+        if pending and time.perf_counter() - polled >= 0.5:
+            polled = time.perf_counter()
+            try:
+                figures = ray.get([a.record_progress.remote() for a in operators])
+            except RayError as error:  # an actor died between two polls
+                raise _AttemptFailed(error) from _cause(error)
+            done = min(total_rows, sum(f["done"] for f in figures[: len(first_stage)]))
+            in_flight = sum(f["in_flight"] for f in figures)
+            samples.append((polled - started, done, in_flight))
+            oldest = max((f["oldest_ms"] for f in figures if f["oldest_ms"] is not None), default=None)
+            progress.advance(done, f"in flight {in_flight}" + ("" if oldest is None else f", oldest {oldest / 1000:.1f}s"))
+    progress.advance(total_rows)
+    samples.append((time.perf_counter() - started, total_rows, 0))
 
 
 def _cause(error: BaseException) -> BaseException:

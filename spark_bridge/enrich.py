@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 import pyarrow as pa
 
+from actorflow.cluster.checkpoints.coordinator import check_overwrite
 from actorflow.cluster.datastream import check_int
+from actorflow.cluster.progress import current_progress, reports_progress
 from actorflow.operators.arrow_batch import ArrowBatchFunction
 from actorflow.operators.async_attempt import CopyInputs
 from actorflow.operators.async_function import CoroutineFunction, awaitable_hint, reject_async_generator
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["enrich", "enrich_async"]
 
 
+@reports_progress
 def enrich(
     df: "DataFrame",
     fn: Callable[[dict[str, Any]], Any] | Callable[[list[dict[str, Any]]], Any] | ArrowBatchFunction,
@@ -52,6 +55,7 @@ def enrich(
     checkpoint_interval_ms: int | None | Literal["auto"] = "auto",
     checkpoint_dir: str | None = None,
     resume_from: str | None = None,
+    overwrite: bool = False,
     object_reuse: bool = True,
 ) -> "DataFrame | tuple[DataFrame, DataFrame]":
     """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
@@ -86,7 +90,16 @@ def enrich(
     estimates at least ``AUTO_CHECKPOINT_ROWS`` rows) takes a checkpoint every
     ``AUTO_CHECKPOINT_INTERVAL_MS`` and survives the death of its actors, exactly once; a small
     one takes none, and fails if an actor dies. An int sets the interval, None turns them off.
-    ``checkpoint_dir`` and ``resume_from`` are those of ``DataStream.execute``.
+    ``checkpoint_dir`` and ``resume_from`` are those of ``DataStream.execute``. A fresh run
+    refuses the checkpoints of an earlier run of the job that did not finish (in ``checkpoint_dir``,
+    for a ``job_name``), naming the ``resume_from`` that goes on from them; ``overwrite=True``
+    deletes them and starts afresh.
+
+    ``progress`` shows a bar as soon as the call starts, with its phase: ``snapshot`` (``df``
+    copied into Ray's object store), ``deploy`` (the actors started), ``run`` (the rows counted
+    as they get their outcome), ``collect`` and ``output`` (the result made a DataFrame). Its
+    rate counts from the call's start. It ends at 100 % as ``<job> · done``, and stays so in a
+    saved notebook; a call that fails leaves it where it stopped, as ``failed in <phase>``.
 
     ``object_reuse=True``, the default here, skips the copy the async operator would keep of each
     row it takes in: each row is made fresh from Arrow and nothing else holds it. (The function's
@@ -100,6 +113,7 @@ def enrich(
                            if batch_size is None else "one that returns a list of one dict per row")
     _check_numbers(capacity=capacity, timeout_ms=timeout_ms, parallelism=parallelism, queue_capacity=queue_capacity,
                    batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, checkpoint_interval_ms=checkpoint_interval_ms)
+    check_overwrite(overwrite, resume_from)
     wrapped = _merge_rows(cast(Callable[[dict[str, Any]], Any], fn))
     fallback_fn = None
     if fallback is not None:
@@ -115,10 +129,15 @@ def enrich(
         else:
             raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
     check_dataframe(df, "enrich()")
+    # The bar shows from here: what follows reads df (its plan, then its rows) and runs the job.
+    if job_name is not None:
+        current_progress().name(job_name)
+    current_progress().phase("snapshot")
     if checkpoint_interval_ms == "auto":
         checkpoint_interval_ms = auto_checkpoint_interval(df)
     checkpoints: dict[str, Any] = dict(
-        checkpoint_interval_ms=checkpoint_interval_ms, checkpoint_dir=checkpoint_dir, resume_from=resume_from)
+        checkpoint_interval_ms=checkpoint_interval_ms, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
+        overwrite=overwrite)
     stream = from_spark(df, parallelism=parallelism, job_name=job_name)
     schema = to_arrow_schema(output_schema)
     if schema is not None:

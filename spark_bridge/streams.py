@@ -19,6 +19,7 @@ from actorflow.cluster.datastream import DataStream, check_event_time_settings, 
 from actorflow.cluster.job import CheckpointConfig, JobResult, run_job
 from actorflow.cluster.job_graph import JobGraph, SourceNode
 from actorflow.cluster.job_report import late_reasons, watermark_cause
+from actorflow.cluster.progress import current_progress, reports_progress
 from actorflow.cluster.warm_workers import prestart_task_workers, prestart_workers
 from actorflow.operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from actorflow.actors.arrow_rows import unify_output_schemas
@@ -95,16 +96,20 @@ class SparkDataStream(DataStream):
                     ) from error
             raise
 
+    # A warning of to_spark() names its caller's line with stacklevel=3, past the bar's wrapper.
+    @reports_progress
     def to_spark(
         self, output_schema: Any = None, *, dead_letters: bool = False, progress: bool = True,
         checkpoint_interval_ms: int | None = None, checkpoint_dir: str | None = None, resume_from: str | None = None,
         max_restarts: int = 20, restart_window_s: float = 60.0, checkpoint_timeout_ms: int = 60_000,
-        checkpoint_filesystem: Any = None,
+        checkpoint_filesystem: Any = None, overwrite: bool = False,
     ) -> "DataFrame | tuple[DataFrame, DataFrame]":
         """Run the pipeline; return its output as a DataFrame (and the dead letters, if asked).
 
-        The checkpoint settings are those of ``DataStream.execute``: with them, the output is
-        what the job's completed checkpoints committed, exactly once whatever actors died.
+        The checkpoint settings (``overwrite`` too) are those of ``DataStream.execute``: with them,
+        the output is what the job's completed checkpoints committed, exactly once whatever actors
+        died. ``progress`` shows a bar, with the phases of the call (see ``DataStream.execute``)
+        and, last, ``output``: the output becomes a DataFrame.
         """
         schema = to_arrow_schema(output_schema)
         input_schema = self._input_schema
@@ -129,7 +134,7 @@ class SparkDataStream(DataStream):
             check_output_names(self._spark, schema)  # before the job, when the schema is the user's
         checkpoint = CheckpointConfig(
             checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
-            resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s)
+            resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s, overwrite=overwrite)
         cluster = active_cluster(self._spark)
         result = self._run(job_name=self.job_name, output_schema=schema, progress=progress,
                            actor_resources=cluster.actor_resources if cluster is not None else None,
@@ -153,6 +158,7 @@ class SparkDataStream(DataStream):
             prestart_workers(actors, tasks)
             prestart_task_workers()
 
+        current_progress().phase("output")
         check_output_names(self._spark, target)
         target = typed_columns(target, input_schema)
         out = tables_to_dataframe(self._spark, refs, target, fill_missing=True, on_read=prestart)
@@ -166,7 +172,7 @@ class SparkDataStream(DataStream):
             warnings.warn(
                 f"{dropped:,} late records were dropped by windows without a late-data side output"
                 + (f" (late records by reason: {reasons})" if reasons else "") + (f"; {cause}" if cause else "")
-                + "; call side_output_late_data(tag) on the window to keep them", stacklevel=2,
+                + "; call side_output_late_data(tag) on the window to keep them", stacklevel=3,
             )
         letters = result.side_outputs.get(DEAD_LETTER, [])
         if not dead_letters and (letters or self._null_rows is not None):
@@ -255,7 +261,7 @@ def typed_columns(schema: pa.Schema, input_schema: pa.Schema) -> pa.Schema:
     warnings.warn(
         f"columns {names} were None (or empty) in every row, so they have no type; they become string, as "
         f"Spark's void cannot be written (to Parquet, for one). Declare their types, for example "
-        f"output_schema=\"{untyped[0].name} string\" (enrich() takes the new columns alone)", stacklevel=3,
+        f"output_schema=\"{untyped[0].name} string\" (enrich() takes the new columns alone)", stacklevel=4,
     )
     return pa.schema([f.with_type(_string_for_null(f.type)) if f in untyped else f for f in schema])
 

@@ -1,5 +1,5 @@
 """Checkpoints of a job: where their data goes and how it is read back."""
 
-from .storage import CheckpointStorage, CompletedCheckpoint, PendingCheckpoint
+from .storage import CheckpointStorage, CompletedCheckpoint, PendingCheckpoint, UnfinishedRunError
 
-__all__ = ["CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint"]
+__all__ = ["CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint", "UnfinishedRunError"]

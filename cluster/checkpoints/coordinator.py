@@ -42,7 +42,7 @@ from actorflow.operators.errors import ConfigurationError
 from .sink import FINAL_EPOCH, TwoPhaseOutput
 from .storage import CheckpointError, CheckpointStorage, PendingCheckpoint
 
-__all__ = ["COORDINATOR", "CheckpointConfig", "CheckpointCoordinator", "JobCheckpoints"]
+__all__ = ["COORDINATOR", "CheckpointConfig", "CheckpointCoordinator", "JobCheckpoints", "check_overwrite"]
 
 #: The coordinator's operator name: the actor is ``<job>/checkpoint_coordinator[0/1]``, named like
 #: the operator instances, so the dashboard lists it with them.
@@ -62,6 +62,8 @@ class CheckpointConfig:
     restart budget; past it the job fails, naming the actor and its last error.
     ``resume_from``: a job directory of an earlier run (``<directory>/<job>``); the job starts
     from its latest complete checkpoint and keeps the output that checkpoint committed.
+    ``overwrite``: a fresh run deletes the checkpoints of an earlier run of the job that did not
+    finish and starts afresh; without it, it refuses them (``UnfinishedRunError``).
     """
 
     interval_ms: int | None = None
@@ -72,8 +74,10 @@ class CheckpointConfig:
     max_restarts: int = 20
     restart_window_s: float = 60.0
     resume_from: str | None = None
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
+        check_overwrite(self.overwrite, self.resume_from)
         if self.interval_ms is not None and (not isinstance(self.interval_ms, int) or self.interval_ms < 10):
             raise ConfigurationError(f"checkpoint_interval_ms must be an int >= 10 or None, got {self.interval_ms!r}")
         if not isinstance(self.timeout_ms, int) or self.timeout_ms <= 0:
@@ -86,6 +90,22 @@ class CheckpointConfig:
     @property
     def enabled(self) -> bool:
         return self.interval_ms is not None or self.resume_from is not None
+
+
+def check_overwrite(overwrite: object, resume_from: str | None) -> None:
+    """``overwrite=True`` starts a fresh run, so it cannot go with ``resume_from``.
+
+    >>> check_overwrite(True, "/tmp/checkpoints/clicks")
+    Traceback (most recent call last):
+    actorflow.operators.errors.ConfigurationError: overwrite=True deletes an earlier run's checkpoints to start afresh, \
+and resume_from='/tmp/checkpoints/clicks' goes on from them; pass one or the other
+    """
+    if not isinstance(overwrite, bool):
+        raise ConfigurationError(f"overwrite must be True or False, got {overwrite!r}")
+    if overwrite and resume_from is not None:
+        raise ConfigurationError(
+            f"overwrite=True deletes an earlier run's checkpoints to start afresh, and resume_from={resume_from!r} "
+            "goes on from them; pass one or the other")
 
 
 class JobCheckpoints:

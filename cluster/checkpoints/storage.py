@@ -16,7 +16,8 @@ file, and a checkpoint whose writer died before ``_metadata`` is incomplete: ``l
 it, and ``discard_incomplete()`` (called when a job starts from the directory) removes it.
 ``abort()`` removes an incomplete checkpoint's files at once; ``retain(n)`` keeps the newest ``n``
 complete ones. ``mark_finished()`` notes that the run ended well; ``unfinished_run()`` finds the
-checkpoints of one that did not, which a fresh run must not throw away. A writer of a failed attempt may still add a file while an incomplete checkpoint
+checkpoints of one that did not, which a fresh run must not throw away unless told to
+(``start_afresh(overwrite=True)``). A writer of a failed attempt may still add a file while an incomplete checkpoint
 is removed: the removal tries again, and else leaves it for the next ``discard_incomplete()``.
 
 Example::
@@ -47,7 +48,7 @@ import pyarrow.fs as pafs
 from actorflow.operators.errors import ActorflowError, ConfigurationError
 from actorflow.operators.state import refuse_pre_rename
 
-__all__ = ["CheckpointError", "CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint"]
+__all__ = ["CheckpointError", "CheckpointStorage", "CompletedCheckpoint", "PendingCheckpoint", "UnfinishedRunError"]
 
 _METADATA = "_metadata"
 _FINISHED = "_finished"
@@ -64,6 +65,23 @@ def _file_name(task: str) -> str:
 
 class CheckpointError(ActorflowError):
     """A checkpoint could not be written, found or read."""
+
+
+class UnfinishedRunError(CheckpointError):
+    """A fresh run of a job found the checkpoints of an earlier run that did not finish.
+
+    ``str()`` says what to do in the words of the Python API (``resume_from=``, ``overwrite=True``);
+    ``advice()`` in other words (the console command's).
+    """
+
+    def __init__(self, job: str, where: str, latest_id: int) -> None:
+        self.job, self.where, self.latest_id = job, where, latest_id
+        super().__init__(self.advice(f"resume_from={where!r}", "overwrite=True"))
+
+    def advice(self, resume: str, overwrite: str) -> str:
+        return (f"job {self.job!r} has the checkpoints of an earlier run that did not finish in {self.where!r} (the "
+                f"latest complete one: chk-{self.latest_id}); go on from it with {resume}, or delete them and start "
+                f"afresh with {overwrite}")
 
 
 class CheckpointStorage:
@@ -166,6 +184,18 @@ class CheckpointStorage:
     def clear(self) -> None:
         """Remove every checkpoint, the output and the finished mark: a run starts afresh."""
         self.filesystem.delete_dir_contents(self.directory, missing_dir_ok=True)
+
+    def start_afresh(self, where: str, *, overwrite: bool = False) -> None:
+        """Empty the directory for a fresh run of the job; ``where`` names it as the user did.
+
+        The checkpoints of an earlier run that did not finish are refused (``UnfinishedRunError``),
+        never deleted, unless ``overwrite``: re-running a script that crashed would otherwise
+        throw away the state it could go on from.
+        """
+        earlier = self.unfinished_run()
+        if earlier is not None and not overwrite:
+            raise UnfinishedRunError(self.job, where, earlier.checkpoint_id)
+        self.clear()
 
     def _finished(self) -> bool:
         return self.filesystem.get_file_info(f"{self.directory}/{_FINISHED}").type == pafs.FileType.File

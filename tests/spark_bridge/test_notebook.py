@@ -55,7 +55,8 @@ def kernel(tmp_path, monkeypatch):
 
 
 def _execute(notebook, env, on_cell=None):
-    """Run every cell in a new kernel; ``on_cell(index, kernel_pid)`` after each. Returns the notebook."""
+    """Run every cell in a new kernel; ``on_cell(index, kernel_pid)`` after each. Returns the
+    notebook, with its widgets' last states in its metadata, as Jupyter saves them."""
     client = nbclient.NotebookClient(notebook, kernel_name=KERNEL, timeout=300,
                                      resources={"metadata": {"path": str(ROOT)}})
     with client.setup_kernel(env=env):
@@ -64,6 +65,7 @@ def _execute(notebook, env, on_cell=None):
             client.execute_cell(cell, index)
             if on_cell is not None:
                 on_cell(index, pid)
+        client.set_widgets_metadata()
     return notebook
 
 
@@ -131,7 +133,14 @@ def test_the_notebook_enriches_shows_the_job_plots_and_lists_dead_letters(spark,
     assert match, _text(enrich_cell)
     enriched, dead, total = (int(g.replace(",", "")) for g in match.groups())
     assert (enriched + dead, dead, total) == (clicks, unknown, clicks)
-    assert _data(enrich_cell, WIDGET), "no notebook progress bar (tqdm's widget) in the enrich cell"
+    bars = _data(enrich_cell, WIDGET)
+    assert len(bars) == 1, "no notebook progress bar (tqdm's widget) in the enrich cell"
+    # The bar as the saved notebook keeps it: complete and closed, not at its last update before the end.
+    label, bar, numbers = _widget_children(notebook, bars[0]["model_id"])
+    assert (bar["value"], bar["max"], bar["bar_style"]) == (clicks, clicks, "success"), bar
+    assert label["value"].replace("\u2007", " ") == "notebook-clicks · done: 100%", label
+    assert re.fullmatch(r" 5000/5000 \[00:\d\d<00:00, [\d.]+rec/s\]", numbers["value"].replace("\u2007", " ")
+                        .replace("&lt;", "<")), numbers
 
     html = _data(_last_job_cell(notebook), "text/html")
     assert len(html) == 1 and "notebook-clicks" in html[0]
@@ -158,6 +167,12 @@ def test_the_notebook_enriches_shows_the_job_plots_and_lists_dead_letters(spark,
     # This process's Ray and Spark are untouched.
     assert spark.range(5).count() == 5
     assert ray.get(ray.put("still here")) == "still here"
+
+
+def _widget_children(notebook, model_id):
+    """The states of the widgets inside the widget ``model_id`` (tqdm's: label, bar, numbers)."""
+    states = notebook.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    return [states[child.removeprefix("IPY_MODEL_")]["state"] for child in states[model_id]["state"]["children"]]
 
 
 def _last_job_cell(notebook):
@@ -199,14 +214,16 @@ def test_without_ipywidgets_the_bar_falls_back_to_text(kernel, tmp_path):
         nbformat.v4.new_code_cell(
             "try:\n    import ipywidgets\nexcept ImportError as error:\n    print('no ipywidgets:', error)"),
         nbformat.v4.new_code_cell(
-            "import tqdm.notebook\nimport cluster.job\nfrom spark_bridge import enrich_async, last_job\n"
-            "print('widget bar:', issubclass(cluster.job.tqdm, tqdm.notebook.tqdm_notebook))"),
-        nbformat.v4.new_code_cell(  # the bar as the job makes it
-            "bar = cluster.job.tqdm(total=3, unit='rec', desc='no-widgets', leave=True)\nbar.update(3)\nbar.close()"),
+            "import tqdm.notebook\nfrom actorflow.cluster import progress\n"
+            "from actorflow.spark_bridge import enrich_async, last_job\n"
+            "print('widget bar:', issubclass(progress.tqdm, tqdm.notebook.tqdm_notebook))"),
+        nbformat.v4.new_code_cell(  # the bar as a job makes it
+            "bar = progress.JobProgress()\nbar.name('no-widgets'); bar.phase('run'); bar.set_total(3)\n"
+            "bar.advance(3); bar.close()"),
     ])
     _execute(notebook, env)
     assert _text(notebook.cells[0]) == "no ipywidgets: ipywidgets is not installed here\n"
     assert _text(notebook.cells[1]) == "widget bar: False\n"
     bar = notebook.cells[2].outputs
     assert not [o for o in bar if WIDGET in o.get("data", {})]
-    assert "no-widgets: 100%" in "".join(o.get("text", "") for o in bar if o.output_type == "stream"), bar
+    assert "no-widgets · done: 100%" in "".join(o.get("text", "") for o in bar if o.output_type == "stream"), bar
