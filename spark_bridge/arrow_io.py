@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from actorflow.actors.arrow_rows import conform_table, ipc_bytes
 from actorflow.actors.store_pages import process_pages
-from actorflow.actors.upstream.ray import owner_addresses
+from actorflow.actors.upstream.ray import owner_addresses, quiet_arrow_fallback
 from actorflow.operators.errors import SchemaError
 
 if TYPE_CHECKING:
@@ -129,6 +129,7 @@ def _fetch_partitions(
     from raydp.spark.dataset import _enable_load_code_from_local
 
     _enable_load_code_from_local()
+    quiet_arrow_fallback()  # the tables go back through Ray's serializer
     pending = [ray.get_actor(name).getRDDPartition.remote(rdd_id, partition, schema_json, driver_agent_url)
                for name, partition in zip(executors, partitions)]
     tables = []

@@ -164,6 +164,7 @@ def spark_session(
             return _session
         _session = _shared_raydp_session()
         if _session is not None:
+            _ExecutorWatch(_session).start()
             return _session
         _refuse_plain_session()
         _check_java()
@@ -189,6 +190,7 @@ def spark_session(
             ) from error
         # The first enrich() snapshots its DataFrame with two Ray tasks: their processes start now.
         prestart_task_workers()
+        _ExecutorWatch(_session).start()
         return _session
 
 
@@ -289,31 +291,85 @@ def _wait_for_executor(context: Any, what: str) -> None:
         # The driver counts itself among the executors.
         if len(context._jsc.sc().statusTracker().getExecutorInfos()) > 1:
             return
-        states = _executor_actor_states(ray)
-        if not any(state in ("ALIVE", "PENDING_CREATION", "RESTARTING", "DEPENDENCIES_UNREADY") for _, state in states):
+        states = _executor_actor_states(ray)  # None: Ray cannot tell now; wait on
+        if states is not None and not any(state in _LIVE_STATES for _, state in states):
             described = ", ".join(f"{name} is {state}" for name, state in states) or "none was found"
             raise SparkSessionError(
                 f"{what}: Spark on Ray has no live executor ({described}), so every Spark job of this session "
                 "would wait forever; call stop_spark(), then spark_session(), and build the DataFrame again"
             )
         if time.monotonic() > deadline:
+            known = "the executors' states are unknown" if states is None else ", ".join(f"{n} is {s}" for n, s in states)
             raise SparkSessionError(
                 f"{what}: no Spark executor registered within {_EXECUTOR_WAIT_S:.0f} s "
-                f"({', '.join(f'{n} is {s}' for n, s in states)}); is the Ray cluster out of CPUs or memory?"
+                f"({known}); is the Ray cluster out of CPUs or memory?"
             )
         time.sleep(0.2)
 
 
-def _executor_actor_states(ray: Any) -> list[tuple[str, str]]:
+class _ExecutorWatch(threading.Thread):
+    """Fails the running Spark jobs of a Spark-on-Ray session that lost its last executor.
+
+    RayDP does not replace an executor that died (killed, or its node lost), and Spark waits for
+    one to come back without end: a ``collect()`` of ``enrich()``'s output would hang for ever.
+    Once a second, while jobs run, the watch asks whether any executor is registered; when none
+    is and none of RayDP's executor actors is alive or on its way, it cancels each job with the
+    reason, which Spark's error then carries ("Job 3 cancelled because ..."). It ends with the
+    session. A daemon thread: a py4j call a second, and nothing more while no job runs.
+    """
+
+    INTERVAL_S = 1.0
+
+    def __init__(self, session: SparkSession) -> None:
+        super().__init__(name="actorflow-executor-watch", daemon=True)
+        self._session = session
+
+    def run(self) -> None:
+        import ray
+
+        context = self._session.sparkContext
+        while _session is self._session and getattr(context, "_jsc", None) is not None and ray.is_initialized():
+            try:
+                self._check(context, ray)
+            except Exception:  # noqa: BLE001 - the session stopped meanwhile; the loop's test ends it
+                pass
+            time.sleep(self.INTERVAL_S)
+
+    def _check(self, context: Any, ray: Any) -> None:
+        jobs = context.statusTracker().getActiveJobsIds()
+        # The driver counts itself among the executors.
+        if not jobs or len(context._jsc.sc().statusTracker().getExecutorInfos()) > 1:
+            return
+        states = _executor_actor_states(ray)
+        if states is None or any(state in _LIVE_STATES for _, state in states):
+            return
+        described = ", ".join(f"{name} is {state}" for name, state in states) or "none was found"
+        reason = (f"Spark on Ray lost its last executor ({described}) and RayDP starts no other, so the job would "
+                  "wait for ever; call stop_spark(), then spark_session(), and build the DataFrame again")
+        logger.error("actorflow: %s (cancelling Spark jobs %s)", reason, sorted(jobs))
+        for job in jobs:
+            context._jsc.sc().cancelJob(job, reason)
+
+
+_LIVE_STATES = ("ALIVE", "PENDING_CREATION", "RESTARTING", "DEPENDENCIES_UNREADY")
+
+
+def _executor_actor_states(ray: Any) -> list[tuple[str, str]] | None:
+    """The state of each of RayDP's executor actors by name; None where Ray's state API cannot
+    answer (its dashboard process did not start, as on a machine too busy to start it in time)."""
     from ray.util.state import list_actors
 
     context = ray.get_runtime_context()
-    actors = list_actors(
-        address=context.gcs_address,
-        filters=[("class_name", "=", _EXECUTOR_CLASS), ("ray_namespace", "=", context.namespace)],
-        limit=1000,
-        raise_on_missing_output=False,
-    )
+    try:
+        actors = list_actors(
+            address=context.gcs_address,
+            filters=[("class_name", "=", _EXECUTOR_CLASS), ("ray_namespace", "=", context.namespace)],
+            limit=1000,
+            raise_on_missing_output=False,
+        )
+    except ConnectionError as error:
+        logger.debug("the state of Spark's executor actors is unknown: %s", error)
+        return None
     # Names repeat across sessions of one process: a live one with the name wins over dead ones.
     states: dict[str, str] = {}
     for actor in actors:

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from actorflow.actors.arrow_rows import conform_table
+from actorflow.actors.upstream.ray import quiet_arrow_fallback
 
 from .session import SparkSessionError
 
@@ -264,6 +265,7 @@ def read_output(spark: "SparkSession", struct: Any, blocks: list["ray.ObjectRef"
 
 
 def _read_part(path: str, schema: pa.Schema) -> tuple[pa.Table, int]:
+    quiet_arrow_fallback()  # the table goes back through Ray's serializer
     table = conform_table(pq.read_table(path), schema)
     return table, table.num_rows
 

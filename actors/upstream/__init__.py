@@ -78,8 +78,10 @@ WORKAROUNDS: dict[str, Workaround] = {w.name: w for w in (
                "a Python frame and a check per call between an actor's own methods"),
     Workaround("console_filter", "ray", "ray", _RAY,
                "drops Ray's native 'GcsClient has no Cluster ID set' lines from the log echo and "
-               "from fd 2 of the JVMs Spark starts",
-               "two harmless INFO lines per Spark JVM on the console"),
+               "from fd 2 of the JVMs Spark starts, the raylet's 'N PYTHON worker processes have been "
+               "started' note, and makes Ray's Arrow IPC fallback warning a debug line",
+               "two harmless INFO lines per Spark JVM, a note on the workers actorflow keeps on purpose, "
+               "and a 40-line traceback for each map or list-of-struct column type, on the console"),
     Workaround("echo_imports", "ray", "ray", _RAY,
                "imports the modules Ray's log echo thread imports at its first lines, before it starts",
                "a rare ImportError ('partially initialized module') in a command that imports Ray's "

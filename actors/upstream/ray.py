@@ -18,7 +18,13 @@ private modules; ``tests/actors/test_upstream.py`` holds a canary for each.
 - ``console_filter`` (``ACTORFLOW_NO_CONSOLE_FILTER``): ``filter_log_echo`` wraps the handler
   ``ray_print_logs`` of ``ray._private.ray_logging.global_worker_stdstream_dispatcher``;
   ``stderr_of_children_filtered`` filters fd 2 of the JVMs Spark starts. Both drop Ray's native
-  client's "GcsClient has no Cluster ID set" lines (``NOISE``).
+  client's "GcsClient has no Cluster ID set" lines (``NOISE``). ``filter_log_echo`` also wraps
+  ``ray._private.worker.print_to_stdstream``, through which ``listen_error_messages`` prints the
+  raylet's notes, dropping "N PYTHON worker processes have been started" (``WORKER_POOL_NOTE``):
+  actorflow starts and keeps those workers on purpose (``cluster.warm_workers``).
+  ``quiet_arrow_fallback`` turns the warning with a traceback that
+  ``ray._private.arrow_serialization`` logs when a table with a map or list-of-struct column
+  falls back to Arrow IPC (``ARROW_FALLBACK``) into a debug line: the result is right.
 - ``echo_imports`` (``ACTORFLOW_NO_ECHO_IMPORTS``): ``import_for_log_echo`` imports, before
   ``ray.init``, the modules the log echo thread imports at its first lines: a main thread importing
   Ray's State API at that moment shares part of their import chain, and two threads in one chain
@@ -35,6 +41,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import logging
 import os
 import re
 import sys
@@ -47,7 +54,8 @@ from . import enabled, failed
 __all__ = [
     "DESERIALIZATION_MODULES", "NOISE", "RayProcess", "bind_private_methods", "current_runtime_env",
     "dashboard_address", "filter_log_echo", "idle_or_starting", "import_for_log_echo", "job_workers",
-    "owner_addresses", "raylet_pid", "request_workers", "starting_script", "stderr_of_children_filtered", "system_config",
+    "owner_addresses", "quiet_arrow_fallback", "raylet_pid", "request_workers", "starting_script",
+    "stderr_of_children_filtered", "system_config",
 ]
 
 # -- prestart_workers ---------------------------------------------------------------------------------
@@ -184,6 +192,13 @@ NOISE = re.compile(r"gcs_client\.cc:\d+: GcsClient has no Cluster ID set")
 """Lines of Ray's native client that say nothing to a user: every JVM of Spark on Ray connects
 through it before Ray's logging is set up there, so it logs at INFO to stderr, twice per JVM."""
 
+WORKER_POOL_NOTE = re.compile(r"PYTHON worker processes have been started on node")
+"""The raylet's note that a node runs many workers: actorflow prestarts them on purpose."""
+
+ARROW_FALLBACK = "Failed to complete optimized serialization of Arrow Table"
+"""What Ray logs, with a traceback, where a column's type takes Arrow IPC instead of its zero-copy
+reducer (a map, a list of structs): slower, and right."""
+
 _ECHO_HANDLER = "ray_print_logs"  # the name under which ray.init registers its log echo
 
 
@@ -197,13 +212,28 @@ class _EchoFilter:
             self.echo({**batch, "lines": lines})
 
 
+class _StdstreamFilter:
+    def __init__(self, print_to_stdstream: Callable[..., None]) -> None:
+        self.print_to_stdstream = print_to_stdstream
+
+    def __call__(self, data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        lines = [line for line in data.get("lines", ()) if not (NOISE.search(line) or WORKER_POOL_NOTE.search(line))]
+        if lines:
+            self.print_to_stdstream({**data, "lines": lines}, *args, **kwargs)
+
+
 def filter_log_echo() -> bool:
-    """Filter the lines that Ray echoes from its workers' logs to this driver (idempotent); True
-    if the echo is filtered now. Reported once where Ray registers no echo under that name."""
+    """Filter the lines that Ray echoes from its workers' logs and its raylets' notes to this
+    driver (idempotent); True if the echo is filtered now. Reported once where Ray registers no
+    echo under that name."""
     if not enabled("console_filter"):
         return False
     try:
+        import ray._private.worker as worker
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+        if not isinstance(worker.print_to_stdstream, _StdstreamFilter):
+            worker.print_to_stdstream = _StdstreamFilter(worker.print_to_stdstream)
 
         handlers = list(dispatcher.handlers)
         filtered = False
@@ -217,6 +247,24 @@ def filter_log_echo() -> bool:
         failed("console_filter", error)
         return False
     return filtered
+
+
+class _ArrowFallbackNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING and str(record.msg).startswith(ARROW_FALLBACK):
+            record.levelno, record.levelname, record.exc_info, record.exc_text = logging.DEBUG, "DEBUG", None, None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_arrow_fallback() -> None:
+    """Make Ray's warning that a table falls back to Arrow IPC a debug line, in this process
+    (idempotent): where Ray pickles a table with a map or list-of-struct column."""
+    if not enabled("console_filter"):
+        return
+    arrow_logger = logging.getLogger("ray._private.arrow_serialization")
+    if not any(isinstance(f, _ArrowFallbackNote) for f in arrow_logger.filters):
+        arrow_logger.addFilter(_ArrowFallbackNote())
 
 
 @contextlib.contextmanager

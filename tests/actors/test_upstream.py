@@ -165,6 +165,58 @@ def test_canary_ray_echoes_worker_logs_through_the_handler_filtered_and_says_the
     assert b"GcsClient has no Cluster ID set" in Path(ray._raylet.__file__).read_bytes()
 
 
+def test_canary_ray_prints_the_raylets_notes_through_print_to_stdstream_and_says_the_worker_pool_note():
+    import ray._private.worker
+    import ray._raylet
+
+    assert "print_to_stdstream(" in inspect.getsource(ray._private.worker.listen_error_messages), installed_version("ray")
+    raylet = Path(ray._raylet.__file__).parent / "core" / "src" / "ray" / "raylet" / "raylet"
+    assert b" worker processes have been started on node: " in raylet.read_bytes(), installed_version("ray")
+
+
+def test_canary_ray_warns_of_the_arrow_ipc_fallback_with_the_words_filtered():
+    import ray._private.arrow_serialization as arrow_serialization
+
+    assert ray_upstream.ARROW_FALLBACK in inspect.getsource(arrow_serialization), installed_version("ray")
+
+
+_ECHO_SCRIPT = """
+import logging, sys
+import pyarrow as pa
+import ray._private.worker as worker
+from ray._private.arrow_serialization import _arrow_table_reduce
+from actorflow.actors.upstream import ray as ray_upstream
+
+logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+ray_upstream.filter_log_echo()
+ray_upstream.quiet_arrow_fallback()
+note = "WARNING: 9 PYTHON worker processes have been started on node: 01ab with address: 127.0.0.1."
+worker.print_to_stdstream({"lines": [note], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+worker.print_to_stdstream({"lines": ["a user's line"], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+# A column type Ray's zero-copy reducer refuses, so that it falls back to Arrow IPC and warns.
+union = pa.UnionArray.from_dense(pa.array([0, 1], type=pa.int8()), pa.array([0, 0], type=pa.int32()),
+                                 [pa.array([1]), pa.array(["a"])])
+table = pa.table({"u": union, "id": [1, 2]})
+reconstruct, args = _arrow_table_reduce(table)
+assert reconstruct(*args).equals(table)
+"""
+
+
+@pytest.mark.parametrize("off", [False, True])
+def test_switch_console_filter_lets_the_worker_pool_note_and_the_arrow_fallback_traceback_through(off):
+    # A process of its own: the filters stay in the process that set them. Ray raises instead of
+    # falling back where it sees pytest's variable (for types other than dense unions).
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    if off:
+        env["ACTORFLOW_NO_CONSOLE_FILTER"] = "1"
+    done = subprocess.run([sys.executable, "-c", _ECHO_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "a user's line" in done.stdout, done.stdout
+    assert ("PYTHON worker processes have been started" in done.stdout) is off, done.stdout
+    assert (ray_upstream.ARROW_FALLBACK in done.stderr) is off, done.stderr
+    assert ("Traceback" in done.stderr) is off, done.stderr
+
+
 def test_canary_ray_private_modules_imported_and_constants_read_exist():
     import importlib
 

@@ -79,6 +79,7 @@ def test_a_plain_spark_session_is_refused_with_what_to_do():
 
 
 def test_greedy_executors_are_refused_and_a_dead_executor_or_a_stopped_session_fails_fast():
+    # A killed executor fails a running read of enrich()'s output, and any later call, in seconds.
     # One process for the three cases (each driver process costs a Ray and a JVM start): the
     # refused session must leave nothing behind that stops the next one from starting.
     done = _run("""
@@ -95,7 +96,15 @@ def test_greedy_executors_are_refused_and_a_dead_executor_or_a_stopped_session_f
         spark = spark_session("dead-executor", num_executors=1, executor_cores=1, executor_memory="512m")
         df = spark.range(20)
         print("BEFORE:", df.count())
+        out = enrich(df, lambda row: {"x": 1}, progress=False)
         ray.kill(ray.get_actor("raydp-executor-0"))
+        # The output was not read yet: Spark would wait for an executor for ever.
+        started = time.monotonic()
+        try:
+            out.count()
+        except Exception as error:
+            why = next((line for line in str(error).splitlines() if "cancelled" in line), str(error))
+            print("CANCELLED:", why, f"after {time.monotonic() - started:.1f} s")
         time.sleep(2)
         started = time.monotonic()
         try:
@@ -112,6 +121,9 @@ def test_greedy_executors_are_refused_and_a_dead_executor_or_a_stopped_session_f
     refused = next((line for line in out.splitlines() if line.startswith("REFUSED:")), "")
     assert "would hold every CPU of the Ray cluster (2 executor core(s) of 2)" in refused, done.why
     assert "BEFORE: 20" in out, done.why
+    cancelled = next((line for line in out.splitlines() if line.startswith("CANCELLED:")), "")
+    assert "lost its last executor (raydp-executor-0 is DEAD)" in cancelled and "stop_spark()" in cancelled, done.why
+    assert float(cancelled.rsplit("after ", 1)[1].split()[0]) < 30, done.why
     dead = next((line for line in out.splitlines() if line.startswith("DEAD:")), "")
     assert "no live executor (raydp-executor-0 is DEAD)" in dead and "stop_spark()" in dead, done.why
     stopped = next((line for line in out.splitlines() if line.startswith("STOPPED:")), "")
