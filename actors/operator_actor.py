@@ -36,27 +36,26 @@ from typing import Any
 import pyarrow as pa
 
 from actorflow.operators.clock import SystemClock
-from actorflow.operators.errors import ActorflowError, portable
-from actorflow.operators.channel_items import END_OF_INPUT, ChannelItem, Partitioning, Records
-from actorflow.operators.coroutine_runner import AsyncioCoroutineRunner
+from actorflow.operators.errors import portable
+from actorflow.operators.channel_items import END_OF_INPUT, ChannelItem, Records
 from actorflow.operators.mailbox_processor import DefaultActionController, MailboxProcessor
-from actorflow.operators.operator import OperatorChain, OperatorContext, StreamOperator, no_fault_point
-from actorflow.operators.stream_task import Rows, StreamTask
+from actorflow.operators.operator import OperatorChain, no_fault_point
+from actorflow.operators.stream_task import StreamTask
 
-from .arrow_rows import is_bare, table_to_rows
 from .chain_spec import ChainSpec
 from .channel import ChannelSender, InputGate
 from .instance_checkpoints import InstanceCheckpoints
 from .instance_figures import InstanceFigures, async_operators
+from .instance_wiring import BackgroundTasks, context_factory, instance_output
 from .metrics import OperatorMetricsExporter
 from .keys import KeyRouter, as_router
-from .output import BatchingOutput, LocalSink, Outbox, Partitioner, pre_aggregator
-from .processing_time import AsyncioProcessingTimeService
+from .output import LocalSink
 from .source_actor import BlockReader, LocalChannel, route_items
+from .task_host import ActorTaskHost
 from .heap import for_whole_batches
 from .store_pages import process_pages
 from .upstream.cpython import relax_collector
-from .upstream.ray import bind_private_methods, current_runtime_env
+from .upstream.ray import bind_private_methods, current_runtime_env, quiet_arrow_fallback
 
 __all__ = ["ChainSpec", "OperatorActor"]
 
@@ -66,6 +65,7 @@ class OperatorActor:
 
     def __init__(self, spec: ChainSpec) -> None:
         bind_private_methods(self)  # the mailbox calls some of them once per record
+        quiet_arrow_fallback()  # batches leave through Ray's serializer
         self.spec = spec
         self.name = spec.instance_name
         self._chain = OperatorChain([factory() for factory in spec.operator_factories])
@@ -73,7 +73,8 @@ class OperatorActor:
         self._chain_open = False
         # The input's order, the valve, alignment and the end of input: ring 1's, over the gate.
         self._gate = InputGate(spec.num_inputs, capacity=spec.input_capacity, on_item=self._wake)
-        self._task = StreamTask(self._chain, self._gate, _ActorTaskHost(self), rows_per_round=spec.rows_per_round)
+        self._host = ActorTaskHost(snapshot=self._snapshot, finished=self._finished, fault_point=self._chaos_point)
+        self._task = StreamTask(self._chain, self._gate, self._host, rows_per_round=spec.rows_per_round)
         if self._task.takes_arrow_batches or spec.downstream_head is not None:
             for_whole_batches()  # whole columns of a batch at a time (see actors.heap)
         self._reader: BlockReader | None = None
@@ -81,7 +82,7 @@ class OperatorActor:
         self._clock = SystemClock()
         self._local_sink: LocalSink | None = None
         self._side_outputs: dict[str, list[Any]] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = BackgroundTasks(self.name, on_failure=self._fail)
         self._checkpoints = InstanceCheckpoints(spec)
         self._figures = InstanceFigures(self.name, spec.attempt, self._chain, self._task, self._gate, self._clock)
         self._armed: str | None = None  # a chaos moment at which this process ends
@@ -137,50 +138,15 @@ class OperatorActor:
 
     async def start(self) -> None:
         await self._connected.wait()  # the job may ask for both at once
-        loop = asyncio.get_running_loop()
-        spec = self.spec
+        spec, clock = self.spec, self._clock
         self.processor = MailboxProcessor(self._task.default_action)
         self.processor.mailbox.bind_to_current_thread()
-        executor = self.processor.executor(0)
-        clock = self._clock
-        channel_id = 0 if spec.partitioning is Partitioning.FORWARD else spec.index
-        senders: list[ChannelSender | LocalSink]
-        if self._local_sink is not None:
-            senders = [self._local_sink]
-        else:
-            senders = [ChannelSender(h, channel_id, credits=spec.credits) for h in self._downstream or []]
-        self._outbox = Outbox(senders, max_pending=spec.outbox_capacity, on_room=self._wake,
-                              on_error=lambda error: self._background_failed("sending output downstream", error))
-        partitioner = Partitioner(spec.partitioning, len(senders), spec.key)
-        self._output = BatchingOutput(
-            self._outbox, partitioner, batch_size=spec.batch_size, schema=spec.output_schema, side=self._on_side,
-            hint=spec.input_schema,
-            pre_aggregate=pre_aggregator(spec.downstream_head) if spec.partitioning is Partitioning.HASH else None,
-        )
-        processing_time = AsyncioProcessingTimeService(loop, executor, clock)
-        runner = AsyncioCoroutineRunner(loop)
-        n_ops = len(self._chain.operators)
-
-        def context_for(i: int, op: StreamOperator) -> OperatorContext:
-            # Each operator's mails (results, timers) carry its position in the chain: a
-            # downstream operator that yields never runs an upstream operator's mail.
-            op_executor = self.processor.executor(i)
-            return OperatorContext(
-                name=self.name if n_ops == 1 else f"{self.name}#{op.name}",
-                mailbox_executor=op_executor,
-                processing_time=processing_time.with_executor(op_executor),
-                clock=clock,
-                coroutine_runner=runner,
-                subtask_index=spec.index,
-                parallelism=spec.parallelism,
-                signal_progress=self._wake,
-                # The operators' own moments ("retry_wait", "completion"); unarmed, none is called.
-                fault_point=self._chaos_point if self._armed is not None else no_fault_point,
-                # Without the subtask: after a restore, a record may go to another instance.
-                request_key_prefix=f"{spec.job}/{op.name}",
-            )
-
-        self._chain.setup(context_for, self._output)
+        self._outbox, self._output = instance_output(
+            spec, self._downstream, self._local_sink, on_room=self._wake, on_side=self._on_side,
+            on_error=lambda error: self._background.failed("sending output downstream", error))
+        self._chain.setup(context_factory(
+            spec, self.name, self.processor, clock, len(self._chain.operators), signal_progress=self._wake,
+            fault_point=self._chaos_point if self._armed is not None else no_fault_point), self._output)
         restored = self._restored
         self._chain.initialize_state(None if restored is None else restored["chain"])
         if restored is not None:
@@ -188,6 +154,7 @@ class OperatorActor:
         self._chain.open()
         self._chain_open = True  # the operators' metrics and queues exist from here
         self._figures.started(self.processor, self._outbox, self._output, self._reader)
+        self._host.attach(self._outbox, self._output, self._figures)
         self._exporter = OperatorMetricsExporter(spec.job, spec.name, f"{spec.index}/{spec.parallelism}")
         self._exporter.export(self._figures.figures())
         # Records are mostly acyclic and freed by reference counting; what was built so far lives
@@ -195,28 +162,13 @@ class OperatorActor:
         # full passes (tens of ms each) from stalling the event loop under every request. The
         # collection before it ran in __init__, while the job's input was being prepared.
         relax_collector()
-        self._run_task = loop.create_task(self._run())
+        self._run_task = asyncio.get_running_loop().create_task(self._run())
         self._buffered_at_tick = 0
-        self._ticker = self._spawn(self._tick(), "the metrics and flush ticker")
+        self._ticker = self._background.spawn(self._tick(), "the metrics and flush ticker")
         if self._reader is not None:
-            self._read_task = self._spawn(self._read(self._reader), "reading the source")
+            self._background.spawn(self._read(self._reader), "reading the source")
 
-    def _spawn(self, coro: Any, what: str) -> "asyncio.Task[Any]":
-        """A background task whose failure fails the job with its cause, instead of dying unseen."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self._background.add(task)
-
-        def done(t: "asyncio.Task[Any]") -> None:
-            self._background.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                self._background_failed(what, t.exception())  # type: ignore[arg-type]
-
-        task.add_done_callback(done)
-        return task
-
-    def _background_failed(self, what: str, error: BaseException) -> None:
-        failure = ActorflowError(f"{self.name}: {what} failed: {type(error).__name__}: {error}")
-        failure.__cause__ = error
+    def _fail(self, failure: BaseException) -> None:
         self.processor.report_throwable(failure)
         self._wake()
 
@@ -283,7 +235,7 @@ class OperatorActor:
         return self._side_outputs.get(tag, [])
 
     async def _read(self, reader: BlockReader) -> None:
-        # A bad block fails the job through wait(), like an operator error (see _spawn). Room
+        # A bad block fails the job through wait(), like an operator error (BackgroundTasks). Room
         # first, then the item goes in at once: the reader's position always matches what the
         # gate holds, whenever a barrier comes in between.
         if self._split_channels is not None:
@@ -342,7 +294,7 @@ class OperatorActor:
         self._checkpoints.snapshot(
             checkpoint_id, in_front, chain=self._chain, task=self._task, output=self._output, outbox=self._outbox,
             side_outputs=self._side_outputs, local_sink=self._local_sink, fault_point=self._chaos_point,
-            spawn=self._spawn)
+            spawn=self._background.spawn)
 
     # -------------------------------------------------------------- mailbox side
 
@@ -367,8 +319,7 @@ class OperatorActor:
 
     def _abort(self) -> None:
         """The failure path: stop reading and sending, close the operators, cancel their tasks."""
-        for task in list(self._background):
-            task.cancel()
+        self._background.cancel_all()
         self._outbox.cancel()
         if self._local_sink is not None:
             self._local_sink.end()  # the caller's stream of blocks ends; the job reports the error
@@ -409,35 +360,3 @@ class OperatorActor:
             self._output.flush()
         self._buffered_at_tick = self._output.buffered
 
-
-class _ActorTaskHost:
-    """The actor's side of its stream task (``operators.stream_task.TaskHost``), on the mailbox thread."""
-
-    def __init__(self, actor: OperatorActor) -> None:
-        self._actor = actor
-
-    def output_is_full(self) -> bool:
-        actor = self._actor
-        if actor._outbox.is_full():
-            actor._figures.output_full()
-            return True
-        return False
-
-    def rows_of(self, batch: Any) -> Rows:
-        return list(table_to_rows(batch)), batch.origin_list()
-
-    def whole_batch(self, batch: Any) -> tuple[pa.Table, pa.Array] | None:
-        return None if batch.timestamps is None or is_bare(batch.table) else (batch.table, batch.timestamps)
-
-    def snapshot(self, checkpoint_id: int, in_front: list[list[ChannelItem]]) -> None:
-        self._actor._snapshot(checkpoint_id, in_front)
-
-    def finished(self, controller: DefaultActionController) -> None:
-        self._actor._finished(controller)
-
-    def fault_point(self, moment: str) -> None:
-        self._actor._chaos_point(moment)
-
-    def emitted(self) -> int:
-        output = self._actor._output
-        return output.records_out + output.buffered
