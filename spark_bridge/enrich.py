@@ -25,6 +25,7 @@ from actorflow.operators.async_function import CoroutineFunction, awaitable_hint
 from actorflow.operators.errors import ConfigurationError, ResultTypeError, describe_value
 from actorflow.operators.retry import RetryStrategy
 
+from .interrupts import interruptible
 from .session import check_dataframe
 from .streams import from_spark, to_arrow_schema
 
@@ -128,48 +129,49 @@ def enrich(
             fallback_fn = lambda row: [{**row, **_check_dict(fallback(row), row, "fallback")}]  # noqa: E731
         else:
             raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
-    check_dataframe(df, "enrich()")
-    # The bar shows from here: what follows reads df (its plan, then its rows) and runs the job.
-    if job_name is not None:
-        current_progress().name(job_name)
-    current_progress().phase("snapshot")
-    if checkpoint_interval_ms == "auto":
-        checkpoint_interval_ms = auto_checkpoint_interval(df)
-    checkpoints: dict[str, Any] = dict(
-        checkpoint_interval_ms=checkpoint_interval_ms, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
-        overwrite=overwrite)
-    stream = from_spark(df, parallelism=parallelism, job_name=job_name)
-    schema = to_arrow_schema(output_schema)
-    if schema is not None:
-        given = set(schema.names)
-        schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
-    copy_inputs = scalar_rows_copy(stream._input_schema)
-    if batch_size is not None:
-        stream = stream.async_map_batch(
-            _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
-            capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
-            name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
-        )
-    else:
-        if batch_timeout_ms is not None:
-            raise ConfigurationError(
-                f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
-        stream = stream.async_map(
-            wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-            fallback=fallback_fn, on_error=on_error, name="enrich", copy_inputs=copy_inputs, object_reuse=object_reuse,
-            queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
-        )
-    source = weakref.ref(stream.graph.source)
-    try:
-        return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
-    finally:
-        # The input's snapshot goes with the stream's source, which reference counting frees at
-        # once; but a reference cycle can hold it (the frames of the first Spark schema
-        # conversion in a process do), and then only a collection frees it. A collection costs
-        # 0.1-0.2 s with Spark loaded, so it runs only then.
-        del stream
-        if source() is not None:
-            gc.collect()
+    with interruptible():  # Ctrl-C cancels the Spark jobs, without py4j tracebacks
+        check_dataframe(df, "enrich()")
+        # The bar shows from here: what follows reads df (its plan, then its rows) and runs the job.
+        if job_name is not None:
+            current_progress().name(job_name)
+        current_progress().phase("snapshot")
+        if checkpoint_interval_ms == "auto":
+            checkpoint_interval_ms = auto_checkpoint_interval(df)
+        checkpoints: dict[str, Any] = dict(
+            checkpoint_interval_ms=checkpoint_interval_ms, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
+            overwrite=overwrite)
+        stream = from_spark(df, parallelism=parallelism, job_name=job_name)
+        schema = to_arrow_schema(output_schema)
+        if schema is not None:
+            given = set(schema.names)
+            schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
+        copy_inputs = scalar_rows_copy(stream._input_schema)
+        if batch_size is not None:
+            stream = stream.async_map_batch(
+                _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
+                capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
+                name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
+            )
+        else:
+            if batch_timeout_ms is not None:
+                raise ConfigurationError(
+                    f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
+            stream = stream.async_map(
+                wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
+                fallback=fallback_fn, on_error=on_error, name="enrich", copy_inputs=copy_inputs, object_reuse=object_reuse,
+                queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
+            )
+        source = weakref.ref(stream.graph.source)
+        try:
+            return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
+        finally:
+            # The input's snapshot goes with the stream's source, which reference counting frees at
+            # once; but a reference cycle can hold it (the frames of the first Spark schema
+            # conversion in a process do), and then only a collection frees it. A collection costs
+            # 0.1-0.2 s with Spark loaded, so it runs only then.
+            del stream
+            if source() is not None:
+                gc.collect()
 
 
 async def enrich_async(

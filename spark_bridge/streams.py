@@ -27,6 +27,7 @@ from actorflow.operators.errors import ConfigurationError, JobFailedError, Schem
 
 from .arrow_io import dataframe_to_blocks, release_dataframe, tables_to_dataframe
 from .diagnostics import diagnosed_dataframe, diagnostic_names, late_records_to_dataframe
+from .interrupts import interruptible
 from .session import check_dataframe, ensure_ray
 from .spark_cluster import active_cluster, write_input
 
@@ -111,83 +112,84 @@ class SparkDataStream(DataStream):
         died. ``progress`` shows a bar, with the phases of the call (see ``DataStream.execute``)
         and, last, ``output``: the output becomes a DataFrame.
         """
-        schema = to_arrow_schema(output_schema)
-        input_schema = self._input_schema
+        with interruptible():  # Ctrl-C cancels the Spark jobs, without py4j tracebacks
+            schema = to_arrow_schema(output_schema)
+            input_schema = self._input_schema
 
-        def target_schema(schemas: list[pa.Schema | None], samples: Callable[[], list[Any]]) -> pa.Schema:
-            present = [s for s in schemas if s is not None]
+            def target_schema(schemas: list[pa.Schema | None], samples: Callable[[], list[Any]]) -> pa.Schema:
+                present = [s for s in schemas if s is not None]
+                if schema is not None:
+                    return schema
+                if present:
+                    return unify_output_schemas(present, samples())
+                return input_schema  # no output at all: the input's columns and types
+
+            def output_blocks(actors: list[Any], schemas: list[pa.Schema | None],
+                              blocks: list[list[Any]]) -> tuple[pa.Schema, list[Any]]:
+                # The blocks left the actors while the job ran; Ray tasks conform them for Spark.
+                target = target_schema(schemas, lambda: ray.get(
+                    [a.output_sample.remote() for a, s in zip(actors, schemas) if s is not None]))
+                return target, [ref for refs in blocks for ref in refs]
+
+            self._check_ray()
             if schema is not None:
-                return schema
-            if present:
-                return unify_output_schemas(present, samples())
-            return input_schema  # no output at all: the input's columns and types
+                check_output_names(self._spark, schema)  # before the job, when the schema is the user's
+            checkpoint = CheckpointConfig(
+                checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
+                resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s, overwrite=overwrite)
+            cluster = active_cluster(self._spark)
+            result = self._run(job_name=self.job_name, output_schema=schema, progress=progress,
+                               actor_resources=cluster.actor_resources if cluster is not None else None,
+                               on_finish=output_blocks, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
+            global _last_job
+            self.last_result = _last_job = result
+            if result.finished is not None:
+                target, refs = result.finished
+            else:  # a checkpointed job: its committed output, read back from storage
+                refs = result.tables
+                tables = [t for t in ray.get(refs) if t is not None]
+                target = target_schema([t.schema for t in tables], lambda: [t.slice(0, 1).to_pylist()[0] for t in tables])
+                del tables
+            # Spark reads the output into its cache at the first action; then every block goes. Only
+            # then do the processes for the next job's actors, and for the next snapshot's tasks,
+            # start: the action would share the CPU.
+            result.finished, result.tables = None, []
+            actors, tasks = result.actor_processes, self._graph.worker_processes
 
-        def output_blocks(actors: list[Any], schemas: list[pa.Schema | None],
-                          blocks: list[list[Any]]) -> tuple[pa.Schema, list[Any]]:
-            # The blocks left the actors while the job ran; Ray tasks conform them for Spark.
-            target = target_schema(schemas, lambda: ray.get(
-                [a.output_sample.remote() for a, s in zip(actors, schemas) if s is not None]))
-            return target, [ref for refs in blocks for ref in refs]
+            def prestart() -> None:
+                prestart_workers(actors, tasks)
+                prestart_task_workers()
 
-        self._check_ray()
-        if schema is not None:
-            check_output_names(self._spark, schema)  # before the job, when the schema is the user's
-        checkpoint = CheckpointConfig(
-            checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,
-            resume_from=resume_from, max_restarts=max_restarts, restart_window_s=restart_window_s, overwrite=overwrite)
-        cluster = active_cluster(self._spark)
-        result = self._run(job_name=self.job_name, output_schema=schema, progress=progress,
-                           actor_resources=cluster.actor_resources if cluster is not None else None,
-                           on_finish=output_blocks, side_tags=(DEAD_LETTER, *self._graph.side_tags), checkpoint=checkpoint)
-        global _last_job
-        self.last_result = _last_job = result
-        if result.finished is not None:
-            target, refs = result.finished
-        else:  # a checkpointed job: its committed output, read back from storage
-            refs = result.tables
-            tables = [t for t in ray.get(refs) if t is not None]
-            target = target_schema([t.schema for t in tables], lambda: [t.slice(0, 1).to_pylist()[0] for t in tables])
-            del tables
-        # Spark reads the output into its cache at the first action; then every block goes. Only
-        # then do the processes for the next job's actors, and for the next snapshot's tasks,
-        # start: the action would share the CPU.
-        result.finished, result.tables = None, []
-        actors, tasks = result.actor_processes, self._graph.worker_processes
-
-        def prestart() -> None:
-            prestart_workers(actors, tasks)
-            prestart_task_workers()
-
-        current_progress().phase("output")
-        check_output_names(self._spark, target)
-        target = typed_columns(target, input_schema)
-        out = tables_to_dataframe(self._spark, refs, target, fill_missing=True, on_read=prestart)
-        del refs
-        dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
-        if dropped:
-            # Why, too: the reasons, and the record that moved the watermark that far (one absurd
-            # timestamp makes every later record late).
-            reasons = ", ".join(f"{r} {n:,}" for r, n in late_reasons(result.figures).items())
-            cause = watermark_cause(result.figures)
-            warnings.warn(
-                f"{dropped:,} late records were dropped by windows without a late-data side output"
-                + (f" (late records by reason: {reasons})" if reasons else "") + (f"; {cause}" if cause else "")
-                + "; call side_output_late_data(tag) on the window to keep them", stacklevel=3,
-            )
-        letters = result.side_outputs.get(DEAD_LETTER, [])
-        if not dead_letters and (letters or self._null_rows is not None):
-            # Rows without an event time count only now, in a Spark job of their own, and only
-            # when they could be lost: with dead_letters=True they are returned, uncounted.
-            count = len(letters) + (self._null_rows[0].count() if self._null_rows is not None else 0)
-            if count:
-                out.unpersist()  # the result goes unreturned: its blocks and cache go too
-                raise ConfigurationError(
-                    f"{count} records went to dead letters; call to_spark(dead_letters=True) to get them"
+            current_progress().phase("output")
+            check_output_names(self._spark, target)
+            target = typed_columns(target, input_schema)
+            out = tables_to_dataframe(self._spark, refs, target, fill_missing=True, on_read=prestart)
+            del refs
+            dropped = sum(f.get("late_records_dropped", 0) for f in result.figures)
+            if dropped:
+                # Why, too: the reasons, and the record that moved the watermark that far (one absurd
+                # timestamp makes every later record late).
+                reasons = ", ".join(f"{r} {n:,}" for r, n in late_reasons(result.figures).items())
+                cause = watermark_cause(result.figures)
+                warnings.warn(
+                    f"{dropped:,} late records were dropped by windows without a late-data side output"
+                    + (f" (late records by reason: {reasons})" if reasons else "") + (f"; {cause}" if cause else "")
+                    + "; call side_output_late_data(tag) on the window to keep them", stacklevel=3,
                 )
-        letters_df = dead_letters_to_dataframe(self._spark, letters, self._input_schema) if dead_letters else None
-        if letters_df is not None and self._null_rows is not None:
-            letters_df = _with_null_rows(letters_df, *self._null_rows)
-        return out if letters_df is None else (out, letters_df)
+            letters = result.side_outputs.get(DEAD_LETTER, [])
+            if not dead_letters and (letters or self._null_rows is not None):
+                # Rows without an event time count only now, in a Spark job of their own, and only
+                # when they could be lost: with dead_letters=True they are returned, uncounted.
+                count = len(letters) + (self._null_rows[0].count() if self._null_rows is not None else 0)
+                if count:
+                    out.unpersist()  # the result goes unreturned: its blocks and cache go too
+                    raise ConfigurationError(
+                        f"{count} records went to dead letters; call to_spark(dead_letters=True) to get them"
+                    )
+            letters_df = dead_letters_to_dataframe(self._spark, letters, self._input_schema) if dead_letters else None
+            if letters_df is not None and self._null_rows is not None:
+                letters_df = _with_null_rows(letters_df, *self._null_rows)
+            return out if letters_df is None else (out, letters_df)
 
     async def to_spark_async(self, output_schema: Any = None, **options: Any) -> "DataFrame | tuple[DataFrame, DataFrame]":
         """``to_spark()`` for code that already runs an event loop (a notebook's).

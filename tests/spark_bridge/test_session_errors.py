@@ -79,7 +79,8 @@ def test_a_plain_spark_session_is_refused_with_what_to_do():
 
 
 def test_greedy_executors_are_refused_and_a_dead_executor_or_a_stopped_session_fails_fast():
-    # A killed executor fails a running read of enrich()'s output, and any later call, in seconds.
+    # Ctrl-C in enrich() cancels its Spark jobs without py4j's tracebacks; a killed executor fails a
+    # running read of enrich()'s output, and any later call, in seconds.
     # One process for the three cases (each driver process costs a Ray and a JVM start): the
     # refused session must leave nothing behind that stops the next one from starting.
     done = _run("""
@@ -96,6 +97,21 @@ def test_greedy_executors_are_refused_and_a_dead_executor_or_a_stopped_session_f
         spark = spark_session("dead-executor", num_executors=1, executor_cores=1, executor_memory="512m")
         df = spark.range(20)
         print("BEFORE:", df.count())
+        import os, signal, threading
+
+        def sleepy(batches):
+            for batch in batches:
+                time.sleep(2)
+                yield batch
+
+        slow = spark.range(0, 16, 1, 16).mapInPandas(sleepy, "id long")  # 32 s on the one core
+        threading.Timer(4, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
+        started = time.monotonic()
+        try:
+            enrich(slow, lambda row: {"x": 1}, progress=False)
+        except KeyboardInterrupt as error:
+            print("INTERRUPTED:", error, f"after {time.monotonic() - started:.1f} s")
+        print("AFTER:", spark.range(5).count())
         out = enrich(df, lambda row: {"x": 1}, progress=False)
         ray.kill(ray.get_actor("raydp-executor-0"))
         # The output was not read yet: Spark would wait for an executor for ever.
@@ -121,6 +137,11 @@ def test_greedy_executors_are_refused_and_a_dead_executor_or_a_stopped_session_f
     refused = next((line for line in out.splitlines() if line.startswith("REFUSED:")), "")
     assert "would hold every CPU of the Ray cluster (2 executor core(s) of 2)" in refused, done.why
     assert "BEFORE: 20" in out, done.why
+    interrupted = next((line for line in out.splitlines() if line.startswith("INTERRUPTED:")), "")
+    assert "this call's Spark jobs were cancelled" in interrupted, done.why
+    assert float(interrupted.rsplit("after ", 1)[1].split()[0]) < 20, done.why
+    assert "AFTER: 5" in out, done.why  # the session goes on
+    assert "Exception while sending command" not in done.stdout + done.stderr, done.why
     cancelled = next((line for line in out.splitlines() if line.startswith("CANCELLED:")), "")
     assert "lost its last executor (raydp-executor-0 is DEAD)" in cancelled and "stop_spark()" in cancelled, done.why
     assert float(cancelled.rsplit("after ", 1)[1].split()[0]) < 30, done.why
