@@ -135,10 +135,17 @@ class BlockReader:
         return self._batch_size
 
     def state(self) -> dict[str, Any]:
-        """Where the reader is, for a checkpoint: the position, the rows read, and the
-        watermark generator (the largest event time seen and its row, idleness)."""
-        self._settle_max_row()
-        return {"position": self.position, "rows_read": self.rows_read, "watermarks": self._watermarks}
+        """Where the reader is, for a checkpoint, as plain data: the position, the rows read, and
+        its watermarks (the largest event time seen, the last watermark emitted, and the row of
+        that event time as ``(timestamp_ms, split, row, values)``). Idleness starts afresh."""
+        watermarks = None
+        if self._watermarks is not None:
+            bounded = getattr(self._watermarks, "watermarks", self._watermarks)
+            self._settle_max_row()
+            row = bounded.max_record
+            watermarks = {**bounded.snapshot_state(), "max_record": (
+                (row.timestamp_ms, row.split, row.row, row.values) if isinstance(row, MaxTimestampRow) else None)}
+        return {"position": self.position, "rows_read": self.rows_read, "watermarks": watermarks}
 
     def max_timestamp_record(self) -> dict[str, Any] | None:
         """The row with the largest event time read so far (``MaxTimestampRow.figures``), or None."""
@@ -154,7 +161,15 @@ class BlockReader:
         """Continue from ``state``; call it before ``items()``."""
         self.position = tuple(state["position"])
         self.rows_read = state["rows_read"]
-        self._watermarks = state["watermarks"]
+        watermarks = state["watermarks"]
+        if isinstance(watermarks, dict):
+            self._watermarks = self._generator()
+            bounded = getattr(self._watermarks, "watermarks", self._watermarks)
+            bounded.restore_state(watermarks)
+            row = watermarks["max_record"]
+            bounded.max_record = None if row is None else MaxTimestampRow(row[0], row[1], row[2], None, row[3])
+        else:  # None, or the generator object itself (state formats 1 and 2)
+            self._watermarks = watermarks
 
     def _generator(self) -> Any:
         generator: Any = BoundedOutOfOrdernessWatermarks(self._out_of_orderness_ms)

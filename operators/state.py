@@ -42,7 +42,9 @@ the barriers, the output they overtook, the side outputs) is plain data too, sin
                            "aligned": [bool, ...], "current_watermark_ms": ms, "is_idle": bool},  # a list per input
                  "ended": [channel, ...], "watermark": ms, "records_in": n, "finishing": bool,
                  "input" | "output": [[item, ...], ...],                # per channel, in order
-                 "reader": {"position": (piece, row), "rows_read": n, "watermarks": generator} | None,
+                 "reader": {"position": (piece, row), "rows_read": n,
+                            "watermarks": {"max_timestamp_ms": ms | None, "emitted_ms": ms,
+                                           "max_record": (timestamp_ms, split, row, values_text) | None} | None} | None,
                  "side_outputs": {tag: [("value", value) | ("dead_letter", value, timestamp_ms, attempts,
                                                            error_type, error, operator)
                                         | ("late", value, timestamp_ms, reason, [(start_ms, end_ms), ...],
@@ -52,8 +54,8 @@ the barriers, the output they overtook, the side outputs) is plain data too, sin
                 | ("partials", Arrow IPC stream bytes, rows) | ("watermark", ms) | ("status", idle)
                 | ("barrier", checkpoint_id) | ("end",)
 
-``"reader"`` is the chained source's (``BlockReader.state``); its watermark generator is still
-the generator object, not plain data.
+``"reader"`` is the chained source's (``BlockReader.state``). In formats 1 and 2 its
+``"watermarks"`` is the generator object itself; a restore takes either.
 
 A window is ``("time", start_ms, end_ms)`` or ``("global",)``; ``origin`` is a tuple of ints or
 None, ``key`` (of a request) a str. Times are ints of milliseconds; ``remaining_ms`` counts from

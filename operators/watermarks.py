@@ -88,6 +88,14 @@ class BoundedOutOfOrdernessWatermarks:
             self.max_timestamp_ms = timestamp_ms
             self.max_record = record
 
+    def snapshot_state(self) -> dict[str, Any]:
+        """The largest timestamp and the last watermark emitted, as plain data (``max_record``
+        is the caller's, who keeps it as it sees fit)."""
+        return {"max_timestamp_ms": self.max_timestamp_ms, "emitted_ms": self._emitted_ms}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.max_timestamp_ms, self._emitted_ms = state["max_timestamp_ms"], state["emitted_ms"]
+
     def current_watermark_ms(self) -> int | None:
         """The watermark the records so far allow, or None before the first record."""
         if self.max_timestamp_ms is None:

@@ -11,6 +11,8 @@ import pyarrow as pa
 
 from actorflow.actors.source_actor import BlockReader
 from actorflow.operators.channel_items import Records
+from actorflow.operators.elements import Watermark
+from actorflow.operators.state import is_plain
 
 BASE_MS = 1_760_000_000_000
 YEAR_9999_MS = 253_402_214_400_000  # 9999-12-31T00:00:00Z
@@ -70,13 +72,28 @@ def test_a_checkpoint_keeps_the_row_and_a_restored_reader_goes_on_from_it():
     blocks = _blocks_with_absurd_rows()
     first = BlockReader(blocks, batch_size=256, timestamp_column="ts", split=0)
     _read(first, stop_after=768)  # past row 717, within the first block
-    state = pickle.loads(pickle.dumps(first.state()))  # as a checkpoint stores it: the row's values, no block
-    assert state["watermarks"].max_record.rows is None
+    state = first.state()
+    assert is_plain(state) is None  # as a checkpoint stores it: the row's values, no block, no class of ours
+    assert state["watermarks"]["max_record"][:3] == (YEAR_9999_MS, 0, 717)
     again = BlockReader(blocks, batch_size=256, timestamp_column="ts", split=0)
-    again.restore(state)
-    _read(again)
+    again.restore(pickle.loads(pickle.dumps(state)))
+    items = _read(again)
     assert again.max_timestamp_record()["row"] == 717
     assert "'click_id': 717" in again.max_timestamp_record()["values"]
+    # The watermark it had emitted is not emitted again, nor one behind it.
+    assert not any(isinstance(i, Watermark) and i.timestamp_ms <= YEAR_9999_MS - 1 for i in items)
+
+
+def test_a_reader_state_of_formats_1_and_2_holding_the_generator_restores():
+    blocks = _blocks_with_absurd_rows()
+    first = BlockReader(blocks, batch_size=256, timestamp_column="ts", split=0)
+    _read(first, stop_after=768)
+    first._settle_max_row()
+    old = {"position": first.position, "rows_read": first.rows_read, "watermarks": first._watermarks}
+    again = BlockReader(blocks, batch_size=256, timestamp_column="ts", split=0)
+    again.restore(pickle.loads(pickle.dumps(old)))
+    _read(again)
+    assert again.max_timestamp_record()["row"] == 717 and again.rows_read == 2_000
 
 
 def test_leaving_a_block_keeps_only_the_rows_values():
