@@ -13,15 +13,16 @@ from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.clock import Clock
 from actorflow.operators.coroutine_runner import AsyncioCoroutineRunner
 from actorflow.operators.errors import ActorflowError
-from actorflow.operators.mailbox_processor import MailboxProcessor
-from actorflow.operators.operator import OperatorContext, StreamOperator
+from actorflow.operators.mailbox_processor import MailboxExecutor, MailboxProcessor
+from actorflow.operators.operator import OperatorChain, OperatorContext, StreamOperator
 
 from .chain_spec import ChainSpec
 from .channel import ChannelSender
+from .instance_figures import async_operators
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner, pre_aggregator
 from .processing_time import AsyncioProcessingTimeService
 
-__all__ = ["BackgroundTasks", "context_factory", "instance_output"]
+__all__ = ["BackgroundTasks", "chaos_moments", "context_factory", "instance_output", "tick"]
 
 
 def instance_output(
@@ -74,6 +75,44 @@ def context_factory(
         )
 
     return context_for
+
+
+async def tick(
+    executor: MailboxExecutor, output: BatchingOutput, linger_ms: int, *, last_stage: bool, export: Callable[[], None],
+) -> None:
+    """The instance's ticker: the latency bound of a slow stream once per linger, and the live
+    metrics (``export``) once a second.
+
+    Rows for a downstream actor leave within a linger. The last stage's rows only move into its
+    sink, where they wait for a block to fill anyway: while they keep coming they leave in whole
+    batches, and on the tick only once they stop (a stalled or slow stream).
+    """
+    buffered_at_tick = 0
+
+    def flush_lingering() -> None:
+        nonlocal buffered_at_tick
+        if not last_stage or output.buffered == buffered_at_tick:
+            output.flush()
+        buffered_at_tick = output.buffered
+
+    beats = 0
+    while True:
+        await asyncio.sleep(linger_ms / 1000)
+        executor.execute(flush_lingering, "flush output", deferrable=True)
+        beats += 1
+        if beats * linger_ms >= 1000:
+            beats = 0
+            export()
+
+
+def chaos_moments(chain: OperatorChain, *, checkpointed: bool) -> set[str]:
+    """The chaos moments (``cluster.chaos.MOMENTS``) an instance of ``chain`` can reach."""
+    moments = {"snapshot"} if checkpointed else set()
+    if async_operators(chain):
+        moments |= {"queue_full", "retry_wait", "completion"}
+    if any(op.fires_on_event_time for op in chain.operators):
+        moments.add("window_fire")
+    return moments
 
 
 class BackgroundTasks:

@@ -45,8 +45,8 @@ from actorflow.operators.stream_task import StreamTask
 from .chain_spec import ChainSpec
 from .channel import ChannelSender, InputGate
 from .instance_checkpoints import InstanceCheckpoints
-from .instance_figures import InstanceFigures, async_operators
-from .instance_wiring import BackgroundTasks, context_factory, instance_output
+from .instance_figures import InstanceFigures
+from .instance_wiring import BackgroundTasks, chaos_moments, context_factory, instance_output, tick
 from .metrics import OperatorMetricsExporter
 from .keys import KeyRouter, as_router
 from .output import LocalSink
@@ -163,8 +163,10 @@ class OperatorActor:
         # collection before it ran in __init__, while the job's input was being prepared.
         relax_collector()
         self._run_task = asyncio.get_running_loop().create_task(self._run())
-        self._buffered_at_tick = 0
-        self._ticker = self._background.spawn(self._tick(), "the metrics and flush ticker")
+        self._ticker = self._background.spawn(
+            tick(self.processor.executor(0), self._output, spec.linger_ms, last_stage=self._local_sink is not None,
+                 export=lambda: self._exporter.export(self._figures.figures())),
+            "the metrics and flush ticker")
         if self._reader is not None:
             self._background.spawn(self._read(self._reader), "reading the source")
 
@@ -260,13 +262,7 @@ class OperatorActor:
     async def arm_chaos(self, moment: str) -> bool:
         """End this actor's process when it reaches ``moment`` (see ``cluster.chaos.MOMENTS``);
         False if it never can (no async operator, no window, no checkpoints)."""
-        has_async = bool(async_operators(self._chain))
-        reachable = {
-            "snapshot": self.spec.checkpoints is not None,
-            "queue_full": has_async, "retry_wait": has_async, "completion": has_async,
-            "window_fire": any(op.fires_on_event_time for op in self._chain.operators),
-        }
-        if not reachable.get(moment, False):
+        if moment not in chaos_moments(self._chain, checkpointed=self.spec.checkpoints is not None):
             return False
         self._armed = moment
         self._task.watch_fault_points = True
@@ -338,25 +334,4 @@ class OperatorActor:
 
     def _on_side(self, tag: str, values: list[Any]) -> None:
         self._side_outputs.setdefault(tag, []).extend(values)
-
-    async def _tick(self) -> None:
-        # Latency bound for slow streams, and live metrics: once per linger / once a second.
-        executor = self.processor.executor(0)
-        beats = 0
-        while True:
-            await asyncio.sleep(self.spec.linger_ms / 1000)
-            executor.execute(self._flush_lingering, "flush output", deferrable=True)
-            beats += 1
-            if beats * self.spec.linger_ms >= 1000:
-                beats = 0
-                self._exporter.export(self._figures.figures())
-
-    def _flush_lingering(self) -> None:
-        # Rows for a downstream actor leave within a linger. The last stage's rows only move into
-        # its sink, where they wait for a block to fill anyway: while they keep coming they leave
-        # in whole batches, and on the tick only once they stop (a stalled or slow stream).
-        buffered = self._output.buffered
-        if self._local_sink is None or buffered == self._buffered_at_tick:
-            self._output.flush()
-        self._buffered_at_tick = self._output.buffered
 
