@@ -2,9 +2,9 @@
 ``KeyboardInterrupt``, without py4j's tracebacks.
 
 PySpark's own handler of SIGINT cancels every job from inside the interrupted call, on the
-connection to the JVM that call is reading: py4j then logs "Exception while sending command"
-with a traceback or two for each call, some sixty lines before the interrupt itself. Within
-``interruptible()``, a Ctrl-C that lands inside a py4j call lets that call be: the jobs are
+connection to the JVM that call is reading: the JVM client then logs "Exception while sending
+command" with a traceback or two for each call, some sixty lines before the interrupt itself.
+Within ``interruptible()``, a Ctrl-C that lands inside a call to the JVM lets that call be: the jobs are
 cancelled from another thread (its own connection), the call returns with Spark's error, and the
 block raises ``KeyboardInterrupt`` in its place. A Ctrl-C anywhere else (waiting for Ray, in
 Python) raises at once, as usual, and cancels the jobs the same way. A second Ctrl-C raises at
@@ -23,6 +23,8 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
+
+from actorflow.actors.upstream import in_a_call_to_the_jvm
 
 __all__ = ["interruptible"]
 
@@ -53,7 +55,7 @@ def interruptible() -> Iterator[None]:
         first, interrupted = not interrupted, True
         if first:
             threading.Thread(target=_cancel_spark_jobs, name="actorflow-cancel-spark-jobs", daemon=True).start()
-            if _inside_py4j(frame):
+            if in_a_call_to_the_jvm(frame):
                 return  # the call returns once its job is cancelled; the block raises then
         raise KeyboardInterrupt(_CANCELLED)
 
@@ -70,14 +72,6 @@ def interruptible() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if interrupted:
         raise KeyboardInterrupt(_CANCELLED)
-
-
-def _inside_py4j(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if str(frame.f_globals.get("__name__", "")).startswith("py4j."):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _cancel_spark_jobs() -> None:

@@ -38,9 +38,9 @@ import os
 import threading
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["WORKAROUNDS", "Workaround", "enabled", "failed", "installed_version", "start"]
+__all__ = ["WORKAROUNDS", "Workaround", "enabled", "failed", "in_a_call_to_the_jvm", "installed_version", "start"]
 
 _log = logging.getLogger(__name__)
 
@@ -152,6 +152,14 @@ def failed(name: str, error: BaseException | str) -> None:
     _log.warning("actorflow's workaround %r (actors.upstream.%s) failed with %s %s%s: %s. It costs: %s%s. "
                  "%s=1 turns it off.", name, w.module, w.upstream, version, verified, error, w.cost_off,
                  consequence, w.switch)
+
+
+def in_a_call_to_the_jvm(frame: Any) -> bool:
+    """Whether ``frame`` (a signal handler's) or a caller of it runs in PySpark's JVM client (a
+    private read of its module names: ``py4j.in_a_call_to_the_jvm``)."""
+    from . import py4j
+
+    return py4j.in_a_call_to_the_jvm(frame)
 
 
 def start(where: Literal["driver", "worker"]) -> list[str]:

@@ -13,6 +13,10 @@ parent's connections. The parent's next call on one of them fails with "Answer f
 empty" or "Connection reset by peer"; py4j logs it as an ERROR with two tracebacks when it cannot
 resend the call (a reply already half read, or the background thread that releases Java objects).
 
+A private read without a switch: ``in_a_call_to_the_jvm`` tells whether a frame is inside a
+call to the JVM, by its modules' names (``py4j.java_gateway``, ``py4j.clientserver``): a Ctrl-C
+there must not interrupt it (``spark_bridge.interrupts``).
+
 ``guard_finalizers_across_fork`` makes those finalizers act only in the process that created
 them. A child closes nothing that way; its copies of the sockets go when it execs or exits. py4j
 is imported only here, when the guard is asked for: it is neither pyspark nor raydp, but this ring
@@ -26,10 +30,19 @@ from typing import Any
 
 from . import enabled, failed
 
-__all__ = ["MARK", "guard_finalizers_across_fork"]
+__all__ = ["MARK", "guard_finalizers_across_fork", "in_a_call_to_the_jvm"]
 
 #: The attribute the guard sets on the finalizer's class (and on each finalizer: its process).
 MARK = "_actorflow_owner_pid"
+
+
+def in_a_call_to_the_jvm(frame: Any) -> bool:
+    """Whether ``frame`` (a signal handler's) or a caller of it runs in py4j: a call to the JVM."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("py4j."):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def guard_finalizers_across_fork() -> bool:

@@ -217,6 +217,19 @@ def test_switch_console_filter_lets_the_worker_pool_note_and_the_arrow_fallback_
     assert ("Traceback" in done.stderr) is off, done.stderr
 
 
+def test_canary_py4j_calls_the_jvm_from_modules_named_py4j_and_pyspark_cancels_jobs_on_sigint():
+    import pyspark.context
+    from py4j import clientserver, java_gateway
+
+    from actorflow.actors.upstream.py4j import in_a_call_to_the_jvm
+
+    assert java_gateway.JavaMember.__call__.__module__ == "py4j.java_gateway", installed_version("py4j")
+    assert clientserver.ClientServerConnection.send_command.__module__ == "py4j.clientserver", installed_version("py4j")
+    source = inspect.getsource(pyspark.context.SparkContext)
+    assert "signal.signal(signal.SIGINT" in source and "cancelAllJobs()" in source, installed_version("pyspark")
+    assert not in_a_call_to_the_jvm(inspect.currentframe())
+
+
 def test_canary_ray_private_modules_imported_and_constants_read_exist():
     import importlib
 
