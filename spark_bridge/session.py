@@ -101,6 +101,7 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
         raise ConfigurationError(f"num_cpus must be > 0, got {num_cpus}")
     _prepare_process_environment()
     if ray.is_initialized():
+        ray_upstream.filter_log_echo()  # a Ray this process started itself (ray.init) echoes through it too
         return
 
     ray.init(
@@ -126,6 +127,7 @@ def ensure_ray(address: str | None = None, *, num_cpus: int | None = None) -> No
         # processes of the last one's rather than start new ones (see cluster.warm_workers).
         _system_config=ray_upstream.system_config() if address is None else None,
     )
+    ray_upstream.filter_log_echo()  # the echo of workers' logs and the raylet's notes (see actors.upstream.ray)
 
 
 def spark_session(

@@ -230,6 +230,19 @@ def test_canary_py4j_calls_the_jvm_from_modules_named_py4j_and_pyspark_cancels_j
     assert not in_a_call_to_the_jvm(inspect.currentframe())
 
 
+def test_ensure_ray_filters_the_raylets_notes_without_spark(ray_session, monkeypatch):
+    import ray._private.worker as worker
+
+    from actorflow.spark_bridge import ensure_ray
+
+    original = worker.print_to_stdstream
+    while isinstance(original, ray_upstream._StdstreamFilter):
+        original = original.print_to_stdstream
+    monkeypatch.setattr(worker, "print_to_stdstream", original)  # as a pipeline that never started Spark has it
+    ensure_ray()
+    assert isinstance(worker.print_to_stdstream, ray_upstream._StdstreamFilter)
+
+
 def test_canary_ray_private_modules_imported_and_constants_read_exist():
     import importlib
 
