@@ -52,6 +52,11 @@ class Outcome(enum.StrEnum):
     FAILURE = "failure"  # failed for good: the operator fails, or it becomes a dead letter
     DEAD_LETTER = "dead_letter"  # a failure kept as a dead letter (on_error="dead_letter")
 
+
+# The members as module constants, for the paths that run once per record: on Python 3.11,
+# reading ``Outcome.RESULT`` goes through a descriptor (about 70 ns against 10 for a global).
+_RESULT, _FALLBACK, _FAILURE, _DEAD_LETTER = Outcome.RESULT, Outcome.FALLBACK, Outcome.FAILURE, Outcome.DEAD_LETTER
+
 # Values of these exact types cannot be changed in place, so an attempt may share them.
 _IMMUTABLE_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None), frozenset, range})
 # Scalars of a row (Spark's timestamps, dates, decimals among them) that cannot change in place:
@@ -282,7 +287,7 @@ class AttemptHandler:
     def on_input_error(self, attempt: int, error: RecordError) -> None:
         if self.op.has_failed or self.state is not _RUNNING or attempt != self.attempt:
             return
-        self.finish(Outcome.FAILURE, error)
+        self.finish(_FAILURE, error)
 
     def on_attempt_complete(self, attempt: int, results: Sequence[Any] | None, error: BaseException | None) -> None:
         # A completion of an older attempt, or one that arrives after the timeout fired or after
@@ -306,9 +311,9 @@ class AttemptHandler:
             self._wait_for_retry(now + strategy.delay_ms(self.attempt))
             return
         if error is not None:
-            self.finish(Outcome.FAILURE, error)
+            self.finish(_FAILURE, error)
         else:
-            self.finish(Outcome.RESULT, results)
+            self.finish(_RESULT, results)
 
     def _wait_for_retry(self, due_ms: int) -> None:
         self.state = _WAITING_RETRY
@@ -368,9 +373,9 @@ class AttemptHandler:
         if error is None and results is not None and self.checks_results:
             error = self.check_results(results)
         if error is not None:
-            self.finish(Outcome.FAILURE, error)
+            self.finish(_FAILURE, error)
         else:
-            self.finish(Outcome.FALLBACK, results)
+            self.finish(_FALLBACK, results)
 
     def finish(self, kind: Outcome, payload: Any) -> None:
         self.state = _DONE

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Literal
 
-from .async_attempt import _IMMUTABLE_TYPES, COPIERS, DEAD_LETTER, CopyInputs, DeadLetter, Outcome, copy_input, copy_row
+from .async_attempt import _DEAD_LETTER, _IMMUTABLE_TYPES, COPIERS, DEAD_LETTER, CopyInputs, DeadLetter, Outcome, copy_input, copy_row
 from .elements import Record, Watermark, WatermarkStatus
 from .state import check_state
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
@@ -308,7 +308,7 @@ class AsyncQueueOperator(StreamOperator):
             while (entry := pop_completed()) is not None:
                 if isinstance(entry, RecordEntry):
                     payload = entry.payload
-                    if entry.kind is not Outcome.DEAD_LETTER and len(payload) == 1:
+                    if entry.kind is not _DEAD_LETTER and len(payload) == 1:
                         # The usual case, here and not in _emit: one result, which keeps the
                         # record's event time and origin.
                         record = entry.record

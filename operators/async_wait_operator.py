@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Literal, Sequence
 
-from .async_attempt import _RUNNING, ATTEMPT_SLOTS, DEAD_LETTER, AttemptHandler, CopyInputs, CoroutineCall, DeadLetter, Outcome
+from .async_attempt import _DEAD_LETTER, _FAILURE, _RUNNING, ATTEMPT_SLOTS, DEAD_LETTER, AttemptHandler, CopyInputs, CoroutineCall, DeadLetter
 from .async_function import AsyncFunction, ResultFuture, as_async_function, results_error
 from .async_queue_operator import AsyncQueueOperator, Pending
 from .elements import Record
@@ -109,8 +109,8 @@ class _RecordRequest(RecordEntry, AttemptHandler):
         op = self.op
         op._requests -= 1
         # op._complete_entry(self, kind, payload, self.attempt), inlined: once per record
-        if kind is Outcome.FAILURE:
-            kind, payload = Outcome.DEAD_LETTER, op._failure(self, payload, self.attempt)
+        if kind is _FAILURE:
+            kind, payload = _DEAD_LETTER, op._failure(self, payload, self.attempt)
         self.kind = kind
         self.payload = payload
         op.queue.on_complete(self)
