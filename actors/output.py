@@ -60,9 +60,8 @@ class Partitioner:
     def target(self, value: Any) -> int:
         if self.num_targets == 1:
             return 0
-        if self.kind is Partitioning.HASH:
+        if self._router is not None:  # hash partitioning (once per record: no enum read)
             # A stable hash: the same key goes to the same instance from every upstream actor.
-            assert self._router is not None
             return self._router.target(value, self.num_targets)
         return 0  # rebalance picks per batch, see next_batch_target
 
