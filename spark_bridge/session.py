@@ -290,18 +290,16 @@ def _wait_for_executor(context: Any, what: str) -> None:
 
     deadline = time.monotonic() + _EXECUTOR_WAIT_S
     while True:
-        # The driver counts itself among the executors.
-        if len(context._jsc.sc().statusTracker().getExecutorInfos()) > 1:
+        if _has_executor(context):
             return
         states = _executor_actor_states(ray)  # None: Ray cannot tell now; wait on
-        if states is not None and not any(state in _LIVE_STATES for _, state in states):
-            described = ", ".join(f"{name} is {state}" for name, state in states) or "none was found"
+        if states is not None and not _any_live(states):
             raise SparkSessionError(
-                f"{what}: Spark on Ray has no live executor ({described}), so every Spark job of this session "
+                f"{what}: Spark on Ray has no live executor ({_described(states)}), so every Spark job of this session "
                 "would wait forever; call stop_spark(), then spark_session(), and build the DataFrame again"
             )
         if time.monotonic() > deadline:
-            known = "the executors' states are unknown" if states is None else ", ".join(f"{n} is {s}" for n, s in states)
+            known = "the executors' states are unknown" if states is None else _described(states)
             raise SparkSessionError(
                 f"{what}: no Spark executor registered within {_EXECUTOR_WAIT_S:.0f} s "
                 f"({known}); is the Ray cluster out of CPUs or memory?"
@@ -339,14 +337,12 @@ class _ExecutorWatch(threading.Thread):
 
     def _check(self, context: Any, ray: Any) -> None:
         jobs = context.statusTracker().getActiveJobsIds()
-        # The driver counts itself among the executors.
-        if not jobs or len(context._jsc.sc().statusTracker().getExecutorInfos()) > 1:
+        if not jobs or _has_executor(context):
             return
         states = _executor_actor_states(ray)
-        if states is None or any(state in _LIVE_STATES for _, state in states):
+        if states is None or _any_live(states):
             return
-        described = ", ".join(f"{name} is {state}" for name, state in states) or "none was found"
-        reason = (f"Spark on Ray lost its last executor ({described}) and RayDP starts no other, so the job would "
+        reason = (f"Spark on Ray lost its last executor ({_described(states)}) and RayDP starts no other, so the job would "
                   "wait for ever; call stop_spark(), then spark_session(), and build the DataFrame again")
         logger.error("actorflow: %s (cancelling Spark jobs %s)", reason, sorted(jobs))
         for job in jobs:
@@ -354,6 +350,18 @@ class _ExecutorWatch(threading.Thread):
 
 
 _LIVE_STATES = ("ALIVE", "PENDING_CREATION", "RESTARTING", "DEPENDENCIES_UNREADY")
+
+
+def _has_executor(context: Any) -> bool:
+    return len(context._jsc.sc().statusTracker().getExecutorInfos()) > 1  # the driver counts itself
+
+
+def _any_live(states: list[tuple[str, str]]) -> bool:
+    return any(state in _LIVE_STATES for _, state in states)
+
+
+def _described(states: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{name} is {state}" for name, state in states) or "none was found"
 
 
 def _executor_actor_states(ray: Any) -> list[tuple[str, str]] | None:
