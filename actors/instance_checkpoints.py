@@ -31,7 +31,7 @@ from actorflow.operators.windows.late import LateRecord
 from .arrow_rows import RowBatch
 from .chain_spec import ChainSpec
 from .output import BatchingOutput, LocalSink, Outbox
-from .source_actor import BlockReader
+from .source_actor import BlockReader, EpochReader
 
 __all__ = ["InstanceCheckpoints", "batch_of", "instance_state", "plain_batch", "restored_state"]
 
@@ -57,6 +57,8 @@ class InstanceCheckpoints:
         """Start checkpoint ``checkpoint_id`` at the chained source ``reader``: its barrier goes
         into the input (or, for a keyed read, to every peer) behind what was read so far."""
         spec = self.spec
+        if isinstance(reader, EpochReader):
+            await reader.wait_caught_up()  # the barrier follows the epochs fed, whole
         if reader is None or reader.ended:
             spec.coordinator.decline.remote(spec.attempt, checkpoint_id, spec.task,
                                             "its input has ended" if reader is not None else "it reads no source")

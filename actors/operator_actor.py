@@ -50,7 +50,7 @@ from .instance_wiring import BackgroundTasks, chaos_moments, context_factory, in
 from .metrics import OperatorMetricsExporter
 from .keys import KeyRouter, as_router
 from .output import LocalSink
-from .source_actor import BlockReader, LocalChannel, route_items
+from .source_actor import BlockReader, LocalChannel, epoch_reader, route_items
 from .task_host import ActorTaskHost
 from .heap import for_whole_batches
 from .store_pages import process_pages
@@ -254,6 +254,16 @@ class OperatorActor:
     async def trigger_checkpoint(self, checkpoint_id: int) -> None:
         """Start checkpoint ``checkpoint_id`` at the chained source this actor reads."""
         await self._checkpoints.trigger(checkpoint_id, self._reader, self._gate, self._split_channels, self._between_items)
+
+    async def feed_epoch(self, epoch: int, pieces: list[Any]) -> None:
+        """The chained unbounded source's next epoch (``EpochReader.feed``)."""
+        await self._connected.wait()
+        epoch_reader(self._reader, self.name).feed(epoch, pieces)
+
+    async def finish_input(self) -> None:
+        """End the chained unbounded source after the epochs fed: the job drains."""
+        await self._connected.wait()
+        epoch_reader(self._reader, self.name).finish()
 
     async def checkpoints_done(self) -> int:
         """Snapshots this instance wrote and acknowledged."""

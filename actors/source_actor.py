@@ -35,7 +35,7 @@ from .naming import instance_name, task_name
 from .output import PreAggregate, partials_of, pre_aggregator
 from .store_pages import process_pages
 
-__all__ = ["BlockReader", "LocalChannel", "MaxTimestampRow", "SourceActor", "event_time_ms", "route_items"]
+__all__ = ["BlockReader", "EpochReader", "LocalChannel", "epoch_reader", "MaxTimestampRow", "SourceActor", "event_time_ms", "route_items"]
 
 
 def event_time_ms(table: pa.Table, column: str) -> pa.Array:
@@ -190,9 +190,11 @@ class BlockReader:
         last_ref: Any = None
         whole: RowBatch | None = None
         whole_bytes = 0
-        for piece_index, piece in enumerate(self._blocks):
-            if piece_index < start_piece:
+        async for next_piece in self._pieces(start_piece, watermarks, tick_s):
+            if not isinstance(next_piece, tuple):  # a status or watermark while the next piece is awaited
+                yield next_piece
                 continue
+            piece_index, piece = next_piece
             ref, first, length = piece if isinstance(piece, tuple) else (piece, 0, None)
             skip = start_rows if piece_index == start_piece else 0
             if whole is None or ref is not last_ref:
@@ -247,6 +249,97 @@ class BlockReader:
         # time to its end while another split is idle; the receiver does that when all inputs end.
         self.ended = True
         yield END_OF_INPUT
+
+    async def _pieces(self, start: int, watermarks: Any, tick_s: float | None) -> AsyncIterator[Any]:
+        """``(index, piece)`` from piece ``start`` on; a bounded input has them all at once."""
+        for index in range(start, len(self._blocks)):
+            yield index, self._blocks[index]
+
+
+class EpochReader(BlockReader):
+    """An unbounded split: its pieces arrive an epoch at a time (``feed``), as a streaming
+    query's micro-batches do, and it waits for the next epoch after each, for as long as the job
+    runs. ``finish`` ends it after the epochs fed (an end of input, which drains the job).
+
+    While it waits it is *caught up*: every item of the epochs fed has been taken, so a barrier
+    put in now follows the last epoch's rows exactly (``caught_up``). Its state says which epoch
+    it had read in full (``epoch``); a restore resumes after it, and the epochs that follow are
+    fed again. Pieces are dropped once read, so the reader holds only those still to read. With
+    ``idleness_ms``, a reader that waits that long for an epoch goes idle, as a bounded one
+    that waits for a block does.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__([], **options)
+        self.epoch: int | None = None  # the last epoch fed and read in full
+        self._first = 0  # the index of self._blocks[0] among all the pieces fed
+        self._epoch_ends: list[tuple[int, int]] = []  # (epoch, index after its last piece)
+        self._finished = False
+        self._arrived: asyncio.Event | None = None  # made on the loop that reads
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "epoch": self._read_epoch()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        self._first, self.epoch = self.position[0], state.get("epoch")
+        if self.position[1] != 0:
+            raise ValueError(f"an epoch reader resumes between epochs, not at row {self.position[1]} of a piece")
+
+    def feed(self, epoch: int, pieces: list[Any]) -> None:
+        """Add ``epoch``'s pieces (blocks, or ``(block, offset, length)``) after those fed so far."""
+        if self._finished:
+            raise ValueError(f"epoch {epoch} came after the end of the input")
+        last = self._epoch_ends[-1][0] if self._epoch_ends else self.epoch
+        if last is not None and epoch <= last:
+            raise ValueError(f"epoch {epoch} came after epoch {last}; epochs are fed in increasing order")
+        self._blocks.extend(pieces)
+        self._epoch_ends.append((epoch, self._first + len(self._blocks)))
+        self._signal()
+
+    def finish(self) -> None:
+        """End the input after the epochs fed."""
+        self._finished = True
+        self._signal()
+
+    def caught_up(self) -> bool:
+        """Whether every item of the epochs fed has been taken."""
+        return self.position[0] >= self._first + len(self._blocks) and self.position[1] == 0
+
+    async def wait_caught_up(self) -> None:
+        while not self.caught_up():
+            await asyncio.sleep(0.002)
+        self.epoch = self._read_epoch()
+
+    def _read_epoch(self) -> int | None:
+        done = [epoch for epoch, end in self._epoch_ends if end <= self.position[0]]
+        return done[-1] if done else self.epoch
+
+    def _signal(self) -> None:
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def _pieces(self, start: int, watermarks: Any, tick_s: float | None) -> AsyncIterator[Any]:
+        if self._arrived is None:
+            self._arrived = asyncio.Event()
+        index = max(start, self._first)
+        while True:
+            while index >= self._first + len(self._blocks):
+                if self._finished:
+                    return
+                self._arrived.clear()
+                try:
+                    await asyncio.wait_for(self._arrived.wait(), tick_s)
+                except TimeoutError:
+                    for element in watermarks.on_periodic_emit():  # idle after idleness_ms
+                        yield element
+            yield index, self._blocks[index - self._first]
+            index += 1
+            # What was read goes: a long stream must not keep every block it ever read.
+            del self._blocks[: index - self._first]
+            self._first = index
+            self.epoch = self._read_epoch()
+            self._epoch_ends = [(epoch, end) for epoch, end in self._epoch_ends if end > index]
 
 
 class LocalChannel:
@@ -437,8 +530,10 @@ class SourceActor:
         return self._reader
 
     async def trigger_checkpoint(self, checkpoint_id: int) -> None:
-        await self._between_items.wait()
         reader = self._connected_reader()
+        if isinstance(reader, EpochReader):
+            await reader.wait_caught_up()  # the barrier follows the epochs fed, whole
+        await self._between_items.wait()
         if reader.ended:
             self._coordinator.decline.remote(self._attempt, checkpoint_id, self.task, "its input has ended")
             return
@@ -448,6 +543,14 @@ class SourceActor:
         size = await asyncio.to_thread(self._checkpoints.write_state, checkpoint_id, self.task, state)
         if size is not None:  # else aborted meanwhile
             self._coordinator.acknowledge.remote(self._attempt, checkpoint_id, self.task, size)
+
+    async def feed_epoch(self, epoch: int, pieces: list[Any]) -> None:
+        """An unbounded input's next epoch (``EpochReader.feed``)."""
+        epoch_reader(self._connected_reader(), self.name).feed(epoch, pieces)
+
+    async def finish_input(self) -> None:
+        """End an unbounded input after the epochs fed: the job drains."""
+        epoch_reader(self._connected_reader(), self.name).finish()
 
     async def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         return None
@@ -461,3 +564,9 @@ class SourceActor:
         reader = self._connected_reader()
         await route_items(reader, self._senders, self._router, self._between_items, pre_aggregator(self._head))
         return {"name": self.name, "rows_sent": reader.rows_read, "max_timestamp_record": reader.max_timestamp_record()}
+
+
+def epoch_reader(reader: BlockReader | None, name: str) -> EpochReader:
+    if not isinstance(reader, EpochReader):
+        raise ValueError(f"{name}: its input is bounded (or it reads none); only an unbounded one takes epochs")
+    return reader
