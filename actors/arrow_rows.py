@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 from actorflow.operators.errors import SchemaError, describe_value
 
 __all__ = [
-    "RowBatch", "SchemaTracker", "VALUE_COLUMN", "conform_table", "ipc_bytes", "is_bare", "rows_to_batch", "table_to_rows",
-    "unify_output_schemas",
+    "RowBatch", "SchemaTracker", "VALUE_COLUMN", "conform_table", "has_null_type", "ipc_bytes", "is_bare", "rows_to_batch",
+    "string_for_null", "table_to_rows", "unify_output_schemas",
 ]
 
 VALUE_COLUMN = "value"
@@ -528,6 +528,28 @@ def conform_table(table: pa.Table, target: pa.Schema, *, fill_missing: bool = Fa
                 f"{error}"
             ) from error
     return pa.Table.from_arrays(columns, schema=target)
+
+
+def string_for_null(data_type: pa.DataType) -> pa.DataType:
+    """``data_type`` with string wherever it has Arrow's null type (Spark's void, which Parquet cannot hold)."""
+    if pa.types.is_null(data_type):
+        return pa.string()
+    if pa.types.is_struct(data_type):
+        return pa.struct([f.with_type(string_for_null(f.type)) for f in data_type])
+    if pa.types.is_map(data_type):
+        return pa.map_(string_for_null(data_type.key_type), string_for_null(data_type.item_type))
+    if pa.types.is_large_list(data_type):
+        return pa.large_list(data_type.value_field.with_type(string_for_null(data_type.value_type)))
+    if pa.types.is_list(data_type):
+        return pa.list_(data_type.value_field.with_type(string_for_null(data_type.value_type)))
+    return data_type
+
+
+def has_null_type(data_type: pa.DataType) -> bool:
+    """Whether ``data_type`` is, or holds, Arrow's null type."""
+    if pa.types.is_null(data_type):
+        return True
+    return any(has_null_type(data_type.field(i).type) for i in range(data_type.num_fields))
 
 
 def ipc_bytes(tables: list[pa.Table]) -> bytes:

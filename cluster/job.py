@@ -24,7 +24,7 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from actorflow.actors.naming import instance_name, task_name, validate_job_name
 from actorflow.actors.operator_actor import ChainSpec, OperatorActor
-from actorflow.actors.source_actor import BlockReader, SourceActor
+from actorflow.actors.source_actor import BlockReader, EpochReader, SourceActor
 from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.errors import ActorflowError, ConfigurationError, JobFailedError
 
@@ -415,6 +415,7 @@ class _Attempt:
         self.names: dict[Any, str] = {}
         self.stage_actors: list[list[Any]] = []
         self.sources: list[Any] = []
+        self.readers: list[Any] = []  # the actors that read the input: the sources, or the first stage
         self.refs: list[Any] = []
         self.samples: list[tuple[float, int, int]] = []
         self._times: dict[str, float] = {}  # perf_counter() as each phase ended (see JobResult.phases_s)
@@ -427,7 +428,7 @@ class _Attempt:
         progress = current_progress()
         deploying = "deploy" if self.number == 0 else "recover"
         # What the call waits on first: a Spark DataFrame's snapshot, which the actors start beside.
-        progress.phase("snapshot" if source.blocks is None else deploying)
+        progress.phase("snapshot" if source.blocks is None and not source.unbounded else deploying)
         chained_source = stages[0].partitioning is Partitioning.FORWARD
         # A keyed first stage with the source's parallelism reads the source itself too: each
         # instance routes its split by key over the stage, and no source actors start.
@@ -497,9 +498,10 @@ class _Attempt:
         learn_actor_env(self.stage_actors[0][0])
 
         # The processes start while the input is prepared (a Spark DataFrame's snapshot).
-        splits = graph.splits()
+        splits = [[] for _ in range(source.parallelism)] if source.unbounded else graph.splits()
         progress.phase(deploying)
-        progress.set_total(source.total_rows)
+        if not source.unbounded:
+            progress.set_total(source.total_rows)
         connects = [
             actor.connect.remote(targets, _reader(source, splits[i], i), first, stages[0].key) if reads and keyed_source
             else actor.connect.remote(targets, _reader(source, splits[i], i) if reads else None)
@@ -515,9 +517,9 @@ class _Attempt:
         if self.stream_output:
             for actor in self.stage_actors[-1]:
                 self._drain(actor)
+        self.readers = first if reads_source else self.sources
         if self.coordinator is not None:
-            readers = first if reads_source else self.sources
-            ray.get(self.coordinator.configure.remote(self.number, tasks, readers, self.handles))
+            ray.get(self.coordinator.configure.remote(self.number, tasks, self.readers, self.handles))
             starts = [a.start.remote() for a in operators]
         ray.get(starts)
         self.refs = [s.run.remote() for s in self.sources] + [a.wait.remote() for a in operators]
@@ -530,7 +532,9 @@ class _Attempt:
 
     def await_end(self, started: float) -> None:
         operators = [a for actors in self.stage_actors for a in actors]
-        _await_job(self.refs, self.stage_actors[0], operators, self.graph.source.total_rows, started, self.samples)
+        source = self.graph.source
+        _await_job(self.refs, self.stage_actors[0], operators, None if source.unbounded else source.total_rows, started,
+                   self.samples)
         self._times["run"] = time.perf_counter()
         current_progress().phase("collect")
 
@@ -608,6 +612,9 @@ class _Attempt:
 
 
 def _reader(source: SourceNode, blocks: list[Any], split: int) -> BlockReader:
+    if source.unbounded:
+        return EpochReader(split=split, batch_size=source.batch_size, timestamp_column=source.timestamp_column,
+                           out_of_orderness_ms=source.out_of_orderness_ms, idleness_ms=source.idleness_ms)
     return BlockReader(
         blocks,
         split=split,
@@ -619,7 +626,7 @@ def _reader(source: SourceNode, blocks: list[Any], split: int) -> BlockReader:
 
 
 def _await_job(
-    refs: list[Any], first_stage: list[Any], operators: list[Any], total_rows: int, started: float,
+    refs: list[Any], first_stage: list[Any], operators: list[Any], total_rows: int | None, started: float,
     samples: list[tuple[float, int, int]],
 ) -> None:
     """Wait for the job, failing fast; the call's bar counts input records that have an outcome.
@@ -648,13 +655,16 @@ def _await_job(
                 figures = ray.get([a.record_progress.remote() for a in operators])
             except RayError as error:  # an actor died between two polls
                 raise _AttemptFailed(error) from _cause(error)
-            done = min(total_rows, sum(f["done"] for f in figures[: len(first_stage)]))
+            done = sum(f["done"] for f in figures[: len(first_stage)])
+            if total_rows is not None:
+                done = min(total_rows, done)
             in_flight = sum(f["in_flight"] for f in figures)
             samples.append((polled - started, done, in_flight))
             oldest = max((f["oldest_ms"] for f in figures if f["oldest_ms"] is not None), default=None)
             progress.advance(done, f"in flight {in_flight}" + ("" if oldest is None else f", oldest {oldest / 1000:.1f}s"))
-    progress.advance(total_rows)
-    samples.append((time.perf_counter() - started, total_rows, 0))
+    if total_rows is not None:
+        progress.advance(total_rows)
+        samples.append((time.perf_counter() - started, total_rows, 0))
 
 
 def _cause(error: BaseException) -> BaseException:

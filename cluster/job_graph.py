@@ -41,6 +41,9 @@ class SourceNode:
     loader: Callable[[], tuple[list[Any], list[int]]] | None = None
     schema: pa.Schema | None = None  # the blocks' columns, whose types the output keeps
     idleness_ms: int | None = None  # a split that waits this long for data goes idle
+    #: An unbounded input (a streaming query's): no blocks; each split's epochs are fed to its
+    #: reader while the job runs (``cluster.streaming``).
+    unbounded: bool = False
 
     def load(self) -> None:
         """Fetch the blocks from the loader, if that has not happened yet."""

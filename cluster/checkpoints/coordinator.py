@@ -168,6 +168,7 @@ class CheckpointCoordinator:
         self._participants: list[Any] = []
         self._pending: PendingCheckpoint | None = None
         self._acks: dict[str, int] = {}
+        self._extra: dict[str, Any] = {}
         self._started = 0.0
         self._lock = asyncio.Lock()
         self._durations_s: list[float] = []
@@ -215,14 +216,16 @@ class CheckpointCoordinator:
                 return None
             return latest.checkpoint_id
 
-    async def trigger(self) -> int | None:
-        """Start a checkpoint now; None if one is still running."""
+    async def trigger(self, extra: dict[str, Any] | None = None) -> int | None:
+        """Start a checkpoint now; None if one is still running. ``extra`` goes into its
+        metadata (a streaming job's last micro-batch in it)."""
         async with self._lock:
             if self._pending is not None or not self._readers:
                 return None
             checkpoint_id = self._next_id
             self._next_id += 1
             self._pending = await asyncio.to_thread(self.storage.begin, checkpoint_id)
+            self._extra = dict(extra or {})
             self._acks = {}
             self._started = time.monotonic()
             for reader in self._readers:
@@ -241,7 +244,7 @@ class CheckpointCoordinator:
             self._acks[task] = size_bytes
             if set(self._acks) != self._tasks:
                 return
-            await asyncio.to_thread(pending.complete, {"attempt": attempt})
+            await asyncio.to_thread(pending.complete, {**self._extra, "attempt": attempt})
             await asyncio.to_thread(self.checkpoints.output.commit, checkpoint_id, attempt)
             self._pending = None
             duration_s = time.monotonic() - self._started
@@ -255,6 +258,20 @@ class CheckpointCoordinator:
             _gauge("checkpoint_duration_ms", "").set(duration_s * 1000, tags=self._tags)
             _gauge("checkpoint_size_bytes", "").set(float(size), tags=self._tags)
             _gauge("last_completed_checkpoint", "").set(float(checkpoint_id), tags=self._tags)
+
+    async def outcome(self, checkpoint_id: int, timeout_s: float) -> str:
+        """``"completed"`` or ``"aborted"`` once checkpoint ``checkpoint_id`` has ended, or
+        ``"pending"`` if it has not within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if checkpoint_id in self._completed:
+                return "completed"
+            if any(aborted == checkpoint_id for aborted, _ in self._aborted) or (
+                    checkpoint_id < self._next_id and (self._pending is None or self._pending.checkpoint_id != checkpoint_id)):
+                return "aborted"
+            if time.monotonic() >= deadline:
+                return "pending"
+            await asyncio.sleep(0.005)
 
     async def decline(self, attempt: int, checkpoint_id: int, task: str, reason: str) -> None:
         async with self._lock:

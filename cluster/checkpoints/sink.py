@@ -108,6 +108,15 @@ class TwoPhaseOutput:
                 epochs.append(int(match.group(1)))
         return sorted(epochs)
 
+    def read_epoch(self, instance: int, epoch: int) -> pa.Table:
+        """``instance``'s committed rows of ``epoch``."""
+        with self.filesystem.open_input_stream(f"{self._instance_dir(instance)}/{epoch:020d}{_COMMITTED}") as stream:
+            return ipc.open_stream(stream).read_all()
+
+    def remove_epoch(self, instance: int, epoch: int) -> None:
+        """Drop ``instance``'s committed ``epoch``, once it is out of the job (a stream's, published)."""
+        self.filesystem.delete_file(f"{self._instance_dir(instance)}/{epoch:020d}{_COMMITTED}")
+
     def read(self, instance: int) -> pa.Table | None:
         """``instance``'s committed output, epoch by epoch; None if it has none."""
         tables = []
