@@ -243,12 +243,12 @@ _EXECUTOR_WAIT_S = 60.0
 _EXECUTOR_CLASS = "org.apache.spark.executor.RayDPExecutor"
 
 
-def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
+def check_dataframe(df: "DataFrame", what: str = "from_spark()", *, streaming: bool = False) -> None:
     """Fail with one clear line if ``df`` cannot be read into Ray right now.
 
     Its session must be running (not stopped), and be either Spark on Ray (RayDP) with a live
     executor (without one, every Spark job of the session waits forever) or the session of a
-    running ``on_spark_cluster``. It must be a batch DataFrame (not a streaming one), and its
+    running ``on_spark_cluster``. It must be a batch DataFrame (unless ``streaming``), and its
     column names must be unique: its rows become dicts.
     """
     session = df.sparkSession
@@ -258,7 +258,7 @@ def check_dataframe(df: "DataFrame", what: str = "from_spark()") -> None:
             f"{what} got a DataFrame of a Spark session that was stopped (stop_spark() or spark.stop()); "
             "build the DataFrame again in spark_session()"
         )
-    if df.isStreaming:
+    if df.isStreaming and not streaming:
         raise ConfigurationError(
             f"{what} reads a DataFrame once, as a batch, and got a streaming one (readStream); enrich each "
             "micro-batch instead: stream.writeStream.foreachBatch(lambda batch, epoch: "

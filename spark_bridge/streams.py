@@ -22,7 +22,7 @@ from actorflow.cluster.job_report import late_reasons, watermark_cause
 from actorflow.cluster.progress import current_progress, reports_progress
 from actorflow.cluster.warm_workers import prestart_task_workers, prestart_workers
 from actorflow.operators.async_wait_operator import DEAD_LETTER, DeadLetter
-from actorflow.actors.arrow_rows import unify_output_schemas
+from actorflow.actors.arrow_rows import has_null_type, string_for_null, unify_output_schemas
 from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError, describe_value
 
 from .arrow_io import dataframe_to_blocks, release_dataframe, tables_to_dataframe
@@ -30,6 +30,7 @@ from .diagnostics import diagnosed_dataframe, diagnostic_names, late_records_to_
 from .interrupts import interruptible
 from .session import check_dataframe, ensure_ray
 from .spark_cluster import active_cluster, write_input
+from .streaming import StreamingRun, streaming_source, write_stream
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -72,12 +73,45 @@ class SparkDataStream(DataStream):
     _null_event_times: "tuple[str, Callable[[], int], Callable[[], Any]] | None" = None
     # With from_spark(null_timestamps="dead_letter"): the rows without an event time, and why.
     _null_rows: "tuple[DataFrame, str] | None" = None
+    # A streaming DataFrame's stream: the query it runs on (write_stream).
+    _streaming_df: "DataFrame | None" = None
 
     def _with(self, node: Any) -> "SparkDataStream":
         stream = super()._with(node)
         stream._spark, stream._input_schema = self._spark, self._input_schema
         stream._null_event_times, stream._null_rows = self._null_event_times, self._null_rows
+        stream._streaming_df = self._streaming_df
         return stream
+
+    def write_stream(
+        self, path: str | None = None, *, checkpoint_location: str, foreach_batch: Callable[[Any, int], Any] | None = None,
+        output_schema: Any = None, processing_time: str | None = None, max_restarts: int = 20,
+        restart_window_s: float = 60.0, checkpoint_timeout_ms: int = 60_000,
+    ) -> StreamingRun:
+        """Start the pipeline on a streaming DataFrame (``from_spark(spark.readStream...)``): one job
+        for the query's whole life, returning a ``StreamingRun`` (Spark's ``StreamingQuery``).
+
+        The output goes to Parquet files under ``path``, with Spark's file-sink log, so that
+        ``spark.read`` and ``spark.readStream`` see only the micro-batches whose output was
+        published; or to ``foreach_batch(df, epoch)``, called with each published epoch's rows
+        once its checkpoint is complete (again after a crash, with the same epoch and rows:
+        write idempotently per epoch, as with Spark's ``foreachBatch``).
+
+        ``checkpoint_location`` holds Spark's offsets and actorflow's checkpoints: run the same
+        script again with it to resume. ``processing_time`` is Spark's trigger (``"2 seconds"``);
+        by default a micro-batch starts as soon as the last one ended. An actor that dies
+        restarts the job from its latest checkpoint within ``max_restarts`` per ``restart_window_s``.
+        """
+        if self._streaming_df is None:
+            raise ConfigurationError("write_stream() runs a stream of a streaming DataFrame (spark.readStream); "
+                                     "this one reads a bounded DataFrame: call to_spark()")
+        self._check_ray()
+        cluster = active_cluster(self._spark)
+        return write_stream(self, self._streaming_df, path, checkpoint_location=checkpoint_location,
+                            foreach_batch=foreach_batch, output_schema=to_arrow_schema(output_schema),
+                            processing_time=processing_time, max_restarts=max_restarts,
+                            restart_window_s=restart_window_s, checkpoint_timeout_ms=checkpoint_timeout_ms,
+                            actor_resources=cluster.actor_resources if cluster is not None else None)
 
     def _run(self, **options: Any) -> JobResult:
         try:
@@ -112,6 +146,9 @@ class SparkDataStream(DataStream):
         died. ``progress`` shows a bar, with the phases of the call (see ``DataStream.execute``)
         and, last, ``output``: the output becomes a DataFrame.
         """
+        if self._streaming_df is not None:
+            raise ConfigurationError("to_spark() returns a bounded DataFrame, and this stream reads a streaming one "
+                                     "(spark.readStream): start it with write_stream(path, checkpoint_location=...)")
         with interruptible():  # Ctrl-C cancels the Spark jobs, without py4j tracebacks
             schema = to_arrow_schema(output_schema)
             input_schema = self._input_schema
@@ -256,7 +293,7 @@ def typed_columns(schema: pa.Schema, input_schema: pa.Schema) -> pa.Schema:
     ...     typed_columns(pa.schema([("x", pa.list_(pa.null()))]), pa.schema([])).field("x").type
     ListType(list<item: string>)
     """
-    untyped = [f for f in schema if _has_null_type(f.type) and f not in input_schema]
+    untyped = [f for f in schema if has_null_type(f.type) and f not in input_schema]
     if not untyped:
         return schema
     names = [f.name for f in untyped]
@@ -265,27 +302,7 @@ def typed_columns(schema: pa.Schema, input_schema: pa.Schema) -> pa.Schema:
         f"Spark's void cannot be written (to Parquet, for one). Declare their types, for example "
         f"output_schema=\"{untyped[0].name} string\" (enrich() takes the new columns alone)", stacklevel=4,
     )
-    return pa.schema([f.with_type(_string_for_null(f.type)) if f in untyped else f for f in schema])
-
-
-def _string_for_null(data_type: pa.DataType) -> pa.DataType:
-    if pa.types.is_null(data_type):
-        return pa.string()
-    if pa.types.is_struct(data_type):
-        return pa.struct([f.with_type(_string_for_null(f.type)) for f in data_type])
-    if pa.types.is_map(data_type):
-        return pa.map_(_string_for_null(data_type.key_type), _string_for_null(data_type.item_type))
-    if pa.types.is_large_list(data_type):
-        return pa.large_list(data_type.value_field.with_type(_string_for_null(data_type.value_type)))
-    if pa.types.is_list(data_type):
-        return pa.list_(data_type.value_field.with_type(_string_for_null(data_type.value_type)))
-    return data_type
-
-
-def _has_null_type(data_type: pa.DataType) -> bool:
-    if pa.types.is_null(data_type):
-        return True
-    return any(_has_null_type(data_type.field(i).type) for i in range(data_type.num_fields))
+    return pa.schema([f.with_type(string_for_null(f.type)) if f in untyped else f for f in schema])
 
 
 def last_job() -> JobResult:
@@ -372,7 +389,7 @@ def from_spark(
     if null_timestamps == "dead_letter" and timestamp_column is None:
         raise ConfigurationError("null_timestamps='dead_letter' needs timestamp_column=, got none")
     ensure_ray()
-    check_dataframe(df)
+    check_dataframe(df, streaming=True)
     if parallelism is None:
         parallelism = default_parallelism()
     if timestamp_column is not None:
@@ -381,6 +398,16 @@ def from_spark(
     input_schema = _input_schema(df)
     if timestamp_column is not None:
         event_time_ms(input_schema.empty_table(), timestamp_column)  # the type check
+    if df.isStreaming:
+        if null_timestamps != "fail":
+            raise ConfigurationError("null_timestamps='dead_letter' reads a bounded DataFrame; a stream's null event "
+                                     "time fails the job, named (filter such rows in Spark first)")
+        source = streaming_source(df, parallelism=parallelism, timestamp_column=timestamp_column,
+                                  out_of_orderness_ms=out_of_orderness_ms, batch_size=batch_size,
+                                  idleness_ms=idleness_ms, schema=input_schema)
+        stream = SparkDataStream(JobGraph(source), job_name=job_name)
+        stream._spark, stream._input_schema, stream._streaming_df = df.sparkSession, input_schema, df
+        return stream
     stream = SparkDataStream(JobGraph(SourceNode(None, None, parallelism, timestamp_column, out_of_orderness_ms,
                                                  batch_size, schema=input_schema, idleness_ms=idleness_ms)),
                              job_name=job_name)

@@ -1,0 +1,239 @@
+"""A Structured Streaming query through one long-running job: Parquet files arrive as micro-batches,
+go through async enrichment (retries, a timeout fallback, dead letters) and keyed event-time
+windows, and the Parquet output equals the same files processed as one bounded DataFrame."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame
+
+import actorflow as af
+from actorflow.operators.errors import ConfigurationError
+from actorflow.operators.windows import (
+    Aggregations,
+    Count,
+    EventTimeSessionWindows,
+    SlidingEventTimeWindows,
+    Sum,
+    TumblingEventTimeWindows,
+)
+from actorflow.spark_bridge import from_spark
+
+pytestmark = [pytest.mark.spark, pytest.mark.ray]
+
+BASE_US = 1_760_000_000_000_000
+STEP_US = 100_000  # an event every 100 ms of event time
+OUT_OF_ORDERNESS_MS = 5_000
+SCHEMA = "id long, user long, amount long, ts timestamp"
+
+
+def write_event_files(directory: str, events: int, files: int, *, seed: int = 3) -> list[int]:
+    """``events`` clicks in ``files`` Parquet files, in time order but shuffled within runs of 20
+    (at most 2 s apart, within the out-of-orderness bound), each file newer than the last (the
+    file source reads them in that order). Every 5,000th click from the 20,000th on is dated an
+    hour back: late for any window, in any run. Returns the ids of the late clicks."""
+    rng = random.Random(seed)
+    os.makedirs(directory, exist_ok=True)
+    ids = list(range(events))
+    for start in range(0, events, 20):
+        run = ids[start:start + 20]
+        rng.shuffle(run)
+        ids[start:start + 20] = run
+    late = [i for i in range(20_000, events, 5_000)]
+    times = {i: BASE_US + i * STEP_US - (3_600_000_000 if i in set(late) else 0) for i in ids}
+    per_file = events // files
+    mtime = 1_700_000_000
+    for k in range(files):
+        chunk = ids[k * per_file:(k + 1) * per_file] if k < files - 1 else ids[k * per_file:]
+        table = pa.table({
+            "id": pa.array(chunk, pa.int64()),
+            "user": pa.array([i % 61 for i in chunk], pa.int64()),
+            "amount": pa.array([i % 100 for i in chunk], pa.int64()),
+            "ts": pa.array([times[i] for i in chunk], pa.timestamp("us", tz="UTC")),
+        })
+        path = os.path.join(directory, f"events-{k:03d}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (mtime + k, mtime + k))
+    return late
+
+
+class Enrich:
+    """Deterministic per event: every 17th fails its first attempt (a retry succeeds), every
+    1,009th always fails (a dead letter after its retries), every 997th hangs (the timeout's
+    fallback answers for it)."""
+
+    def __init__(self) -> None:
+        self.failed_once: set[int] = set()
+
+    async def __call__(self, row):
+        i = row["id"]
+        if i % 1_009 == 0:
+            raise LookupError(f"no event {i}")
+        if i % 17 == 0 and i not in self.failed_once:
+            self.failed_once.add(i)
+            raise ConnectionError(f"event {i}: try again")
+        if i % 997 == 0:
+            await asyncio.sleep(30)
+        await asyncio.sleep(0)
+        return [{**row, "fell_back": 0}]
+
+
+def _fallback(row):
+    return [{**row, "fell_back": 1}]
+
+
+def _pipeline(stream, window):
+    return (stream
+            .async_map(Enrich(), ordered=False, capacity=200, timeout_ms=300, fallback=_fallback,
+                       retry=af.retry.FixedDelay(3, 10), on_error="dead_letter")
+            .key_by("user")
+            .window(window)
+            .allowed_lateness(2_000)
+            .side_output_late_data("late")
+            .aggregate(Aggregations(n=Count(), total=Sum("amount"), fallbacks=Sum("fell_back"))))
+
+
+def _rows(df) -> list[tuple]:
+    return sorted(tuple(r) for r in df.select("user", "window_start", "window_end", "n", "total", "fallbacks").collect())
+
+
+WINDOWS = {
+    "tumbling": TumblingEventTimeWindows.of(60_000),
+    "sliding": SlidingEventTimeWindows.of(size_ms=120_000, slide_ms=60_000),
+    "sessions": EventTimeSessionWindows.with_gap(30_000),
+}
+
+
+# Tumbling windows over 200,000 events; sliding windows and sessions, the same pipeline, over fewer.
+SIZES = {"tumbling": 200_000, "sliding": 40_000, "sessions": 40_000}
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "sliding", "sessions"])
+def test_a_file_stream_through_enrichment_and_windows_equals_the_bounded_run(spark, tmp_path, kind):
+    directory, window, n = str(tmp_path / "in"), WINDOWS[kind], SIZES[kind]
+    late = write_event_files(directory, n, 20)
+    events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
+    query = _pipeline(from_spark(events, timestamp_column="ts", out_of_orderness_ms=OUT_OF_ORDERNESS_MS, parallelism=2),
+                      window).write_stream(str(tmp_path / "out"), checkpoint_location=str(tmp_path / "chk"))
+    query.process_all_available()
+    progress = query.recent_progress
+    query.stop(drain=True)
+    assert not query.is_active and query.exception() is None
+    # One job for the query's life: each file was one micro-batch, one epoch and its checkpoint.
+    assert [p["epoch"] for p in progress] == list(range(20))
+    assert [p["checkpoint_id"] for p in progress] == list(range(1, 21))
+    assert sum(p["rows_in"] for p in progress) == n and not any(p["restarts"] for p in progress)
+
+    ours = _rows(spark.read.parquet(str(tmp_path / "out")))
+    # The same files as one DataFrame, in the order the stream read them (spark.read.parquet of the
+    # directory would pack the files into partitions by size).
+    files = [spark.read.schema(SCHEMA).parquet(os.path.join(directory, name)) for name in sorted(os.listdir(directory))]
+    bounded = _pipeline(from_spark(functools.reduce(DataFrame.union, files), timestamp_column="ts",
+                                   out_of_orderness_ms=OUT_OF_ORDERNESS_MS, parallelism=2), window)
+    theirs = _rows(bounded.to_spark(dead_letters=True, progress=False)[0])
+    assert ours == theirs
+    fallbacks = len([i for i in range(0, n, 997) if i % 1_009 and i not in late])
+    assert sum(r[5] for r in ours) == fallbacks * (2 if kind == "sliding" else 1)  # a sliding window counts twice
+
+    # The records that failed and those that came late: the same as the bounded run's, each named.
+    assert sorted(r.id for r in query.dead_letters().collect()) == list(range(0, n, 1_009))
+    late_seen = query.side_output("late").collect()
+    assert sorted(r.id for r in late_seen) == [i for i in late if i % 1_009]
+    assert {r.late_reason for r in late_seen} == {"past_allowed_lateness"}
+
+
+def test_the_parquet_output_is_read_by_spark_as_files_and_as_a_stream_and_only_published_epochs_show(spark, tmp_path):
+    directory = str(tmp_path / "in")
+    write_event_files(directory, 6_000, 3)
+    events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
+
+    async def tag(row):
+        return [{"id": row["id"], "ts": row["ts"], "tag": f"t{row['id']}"}]
+
+    out = str(tmp_path / "out")
+    query = from_spark(events, timestamp_column="ts").async_map(tag).write_stream(out, checkpoint_location=str(tmp_path / "chk"))
+    query.process_all_available()
+    query.stop()
+    assert sorted(r.id for r in spark.read.parquet(out).collect()) == list(range(6_000))
+    # A file that is there but not in the log (a publish that a crash cut short) is not read.
+    pq.write_table(pa.table({"id": [-1], "ts": pa.array([BASE_US], pa.timestamp("us", tz="UTC")), "tag": ["x"]}),
+                   os.path.join(out, "part-stray.parquet"))
+    assert spark.read.parquet(out).count() == 6_000
+    read_back = (spark.readStream.schema("id long, ts timestamp, tag string").parquet(out)
+                 .writeStream.format("memory").queryName("actorflow_stream_read_back").start())
+    read_back.processAllAvailable()
+    read_back.stop()
+    assert spark.sql("select count(*) c, min(id) lo from actorflow_stream_read_back").collect()[0][:] == (6_000, 0)
+
+
+def test_stop_then_resume_from_the_final_checkpoint_equals_an_uninterrupted_run(spark, tmp_path):
+    directory = str(tmp_path / "in")
+    os.makedirs(directory)
+    all_files = str(tmp_path / "all")
+    write_event_files(all_files, 40_000, 8)
+    names = sorted(os.listdir(all_files))
+
+    window = TumblingEventTimeWindows.of(60_000)
+
+    def start(source: str, location: str):
+        events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
+        return _pipeline(from_spark(events, timestamp_column="ts", out_of_orderness_ms=OUT_OF_ORDERNESS_MS,
+                                    parallelism=2), window).write_stream(str(tmp_path / f"out-{location}"),
+                                                                         checkpoint_location=str(tmp_path / location))
+
+    # The first half of the files, then a stop with a final checkpoint (in-flight requests, open windows saved).
+    for name in names[:4]:
+        os.link(os.path.join(all_files, name), os.path.join(directory, name))
+    first = start(directory, "resumed")
+    first.process_all_available()
+    first.stop()
+    assert first.last_progress["epoch"] == 3
+    # The rest arrive while nothing runs; the same script started again goes on where it stopped.
+    for name in names[4:]:
+        os.link(os.path.join(all_files, name), os.path.join(directory, name))
+    second = start(directory, "resumed")
+    assert second.job.resumed_from is not None
+    second.process_all_available()
+    second.stop(drain=True)
+    assert [p["epoch"] for p in second.recent_progress] == [4, 5, 6, 7]
+
+    uninterrupted = start(all_files, "uninterrupted")
+    uninterrupted.process_all_available()
+    uninterrupted.stop(drain=True)
+    assert _rows(spark.read.parquet(str(tmp_path / "out-resumed"))) == _rows(
+        spark.read.parquet(str(tmp_path / "out-uninterrupted")))
+
+
+def test_a_socket_source_is_refused_saying_why(spark):
+    lines = spark.readStream.format("socket").option("host", "127.0.0.1").option("port", 9).load()
+    with pytest.raises(ConfigurationError, match="replayable streaming source .* socket source keeps no offsets"):
+        from_spark(lines)
+
+
+def test_a_streaming_stream_is_written_with_write_stream_and_a_bounded_one_with_to_spark(spark, tmp_path):
+    events = spark.readStream.schema(SCHEMA).parquet(str(tmp_path))
+    with pytest.raises(ConfigurationError, match="start it with write_stream"):
+        from_spark(events).map(lambda r: r).to_spark()
+    with pytest.raises(ConfigurationError, match="this one reads a bounded DataFrame: call to_spark"):
+        from_spark(spark.range(3)).map(lambda r: r).write_stream(str(tmp_path / "o"), checkpoint_location=str(tmp_path / "c"))
+
+
+def test_a_null_event_time_in_a_micro_batch_fails_the_query_naming_the_column(spark, tmp_path):
+    directory = str(tmp_path / "in")
+    os.makedirs(directory)
+    pq.write_table(pa.table({"id": [1, 2], "user": [1, 1], "amount": [1, 1],
+                             "ts": pa.array([BASE_US, None], pa.timestamp("us", tz="UTC"))}),
+                   os.path.join(directory, "bad.parquet"))
+    events = spark.readStream.schema(SCHEMA).parquet(directory)
+    query = from_spark(events, timestamp_column="ts").map(lambda r: r).write_stream(
+        str(tmp_path / "out"), checkpoint_location=str(tmp_path / "chk"))
+    with pytest.raises(af.errors.JobFailedError, match="column 'ts' holds nulls in 1 rows"):
+        query.await_termination(120)
+    assert not query.is_active
