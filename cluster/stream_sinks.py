@@ -81,7 +81,8 @@ class FileSink:
         """The names of the published files, in the order they were published."""
         return [entry["path"].rsplit("/", 1)[1] for entry in self._entries]
 
-    def publish(self, output: TwoPhaseOutput, instances: int, up_to: int) -> int:
+    def publish(self, output: TwoPhaseOutput, instances: int, up_to: int,
+                before_commit: Callable[[], None] = lambda: None) -> int:
         done: list[tuple[int, int]] = []
         added: list[dict[str, Any]] = []
         rows = 0
@@ -97,6 +98,7 @@ class FileSink:
                               "blockReplication": 1, "blockSize": 33554432, "action": "add"})
                 rows += table.num_rows
             done.append((instance, epoch))
+        before_commit()
         if added:
             self._write_log_batch(added)
         for instance, epoch in done:
@@ -179,7 +181,8 @@ class CallbackSink:
     def __init__(self, function: Callable[[Any, int], Any], *, convert: Callable[[pa.Table], Any] | None = None) -> None:
         self.function, self.convert = function, convert
 
-    def publish(self, output: TwoPhaseOutput, instances: int, up_to: int) -> int:
+    def publish(self, output: TwoPhaseOutput, instances: int, up_to: int,
+                before_commit: Callable[[], None] = lambda: None) -> int:
         by_epoch: dict[int, list[int]] = {}
         for epoch, instance in _committed(output, instances, up_to):
             by_epoch.setdefault(epoch, []).append(instance)
@@ -188,6 +191,7 @@ class CallbackSink:
             tables = [output.read_epoch(instance, epoch) for instance in owners]
             table = pa.concat_tables(tables, promote_options="permissive")
             if table.num_rows:
+                before_commit()
                 self.function(self.convert(table) if self.convert is not None else table, epoch)
                 rows += table.num_rows
             for instance in owners:

@@ -39,7 +39,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import pyarrow as pa
 import ray
@@ -55,15 +55,17 @@ from .checkpoints.storage import CheckpointStorage
 from .job import _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, default_checkpoint_directory
 from .job_graph import JobGraph, SourceNode
 
-__all__ = ["EpochFigures", "StreamSink", "StreamingJob"]
+__all__ = ["DRIVER_MOMENTS", "EpochFigures", "StreamSink", "StreamingJob"]
 
 
 class StreamSink(Protocol):
     """Where a streaming job's committed output goes (``cluster.stream_sinks``)."""
 
-    def publish(self, output: TwoPhaseOutput, instances: int, up_to: int) -> int:
+    def publish(self, output: TwoPhaseOutput, instances: int, up_to: int,
+                before_commit: Callable[[], None] = lambda: None) -> int:
         """Publish every committed epoch up to ``up_to`` that is not out yet, then free it from
-        ``output``; returns the rows published. Repeating it publishes nothing twice."""
+        ``output``; returns the rows published. Repeating it publishes nothing twice.
+        ``before_commit`` runs once the files are written, before they become visible."""
         ...
 
 
@@ -76,6 +78,7 @@ class EpochFigures:
     rows_in: int
     rows_out: int
     skipped: bool = False  # offered again after a restart, and already in the state restored
+    between_epochs: bool = False  # a checkpoint while no epoch came (``checkpoint_interval_ms``)
     started_at_ms: int = 0
     feed_ms: float = 0.0
     checkpoint_ms: float = 0.0
@@ -88,14 +91,31 @@ class EpochFigures:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+#: The moments at which the chaos tool can end a streaming job's driver (``StreamingJob.fault_point``):
+#: an epoch fed to the actors, not yet checkpointed; its checkpoint complete, its output not yet
+#: published; its output files written, not yet in the sink's log; published, not yet returned
+#: (so not yet committed by Spark); a restart's checkpoint chosen, its actors not yet deployed.
+DRIVER_MOMENTS = ("fed", "checkpointed", "publishing", "published", "restoring")
+
+
+def no_fault_point(moment: str, epoch: int | None) -> None:
+    return None
+
+
 class StreamingJob:
-    """``graph`` (its source ``unbounded``) running until ``stop``; see the module's docstring."""
+    """``graph`` (its source ``unbounded``) running until ``stop``; see the module's docstring.
+
+    ``fault_point(moment, epoch)`` is called at each of ``DRIVER_MOMENTS``: the chaos tool sets
+    it (on the class, before ``start``) to end the driver there, as a crash would.
+    """
+
+    fault_point: Callable[[str, int | None], None] = staticmethod(no_fault_point)
 
     def __init__(
         self, graph: JobGraph, sink: StreamSink, *, job_name: str | None = None, directory: str | None = None,
         filesystem: Any = None, output_schema: pa.Schema | None = None, max_restarts: int = 20,
         restart_window_s: float = 60.0, checkpoint_timeout_ms: int = 60_000, retain: int = 3,
-        actor_resources: dict[str, float] | None = None,
+        actor_resources: dict[str, float] | None = None, checkpoint_interval_ms: int | None = 1_000,
     ) -> None:
         if not graph.source.unbounded:
             raise ConfigurationError("a streaming job needs an unbounded source (from_spark of a streaming DataFrame)")
@@ -124,6 +144,8 @@ class StreamingJob:
         self._checkpoints: JobCheckpoints | None = None
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self._last_commit = time.monotonic()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -144,6 +166,7 @@ class StreamingJob:
             restore = _restore_point(self.job, self._coordinator, 0)
             self.resumed_from = restore
             self.epoch = self._epoch_of(restore)
+            type(self).fault_point("restoring", self.epoch)
             if restore is not None:  # output that checkpoint committed, which a crash kept from going out
                 self.sink.publish(self._checkpoints.output, self._instances, restore)
             self._deploy(restore)
@@ -165,23 +188,29 @@ class StreamingJob:
             restarts = self.restarts
             self._feed(epoch, self._pieces(table))
             figures.feed_ms = (time.perf_counter() - started) * 1000
+            type(self).fault_point("fed", epoch)
             checkpoint_id, figures.checkpoint_ms, figures.publish_ms, figures.rows_out = self._commit(epoch)
             figures.checkpoint_id, figures.restarts = checkpoint_id, self.restarts - restarts
             figures.latency_ms = (time.perf_counter() - started) * 1000
             self.figures.append(figures)
+            type(self).fault_point("published", epoch)
             return figures
 
     def checkpoint(self) -> EpochFigures:
         """Take a checkpoint now, between epochs, and publish the output it commits: what the
-        job produced since the last epoch (windows that fired, requests that completed)."""
+        job produced since the last epoch (windows that fired, requests that completed). The job
+        does so on its own every ``checkpoint_interval_ms`` without an epoch."""
         with self._lock:
             self._check_running()
-            figures = EpochFigures(self.epoch if self.epoch is not None else -1, None, 0, 0,
-                                   started_at_ms=int(time.time() * 1000))
-            started = time.perf_counter()
-            figures.checkpoint_id, figures.checkpoint_ms, figures.publish_ms, figures.rows_out = self._commit(self.epoch)
-            figures.latency_ms = (time.perf_counter() - started) * 1000
-            return figures
+            return self._between_epochs()
+
+    def _between_epochs(self) -> EpochFigures:
+        figures = EpochFigures(self.epoch if self.epoch is not None else -1, None, 0, 0,
+                               started_at_ms=int(time.time() * 1000), between_epochs=True)
+        started = time.perf_counter()
+        figures.checkpoint_id, figures.checkpoint_ms, figures.publish_ms, figures.rows_out = self._commit(self.epoch)
+        figures.latency_ms = (time.perf_counter() - started) * 1000
+        return figures
 
     def stop(self, drain: bool = False) -> None:
         """End the job: with a final checkpoint that a later run resumes from, or, with
@@ -252,11 +281,14 @@ class StreamingJob:
             if outcome == "completed":
                 break
         checkpointed = time.perf_counter()
+        self._last_commit = time.monotonic()
         self.epoch = epoch
         for fed in [e for e in self._pending if epoch is not None and e <= epoch]:
             del self._pending[fed]
         assert self._checkpoints is not None
-        rows = self.sink.publish(self._checkpoints.output, self._instances, checkpoint_id)
+        type(self).fault_point("checkpointed", epoch)
+        rows = self.sink.publish(self._checkpoints.output, self._instances, checkpoint_id,
+                                 before_commit=lambda: type(self).fault_point("publishing", epoch))
         return checkpoint_id, (checkpointed - started) * 1000, (time.perf_counter() - checkpointed) * 1000, rows
 
     def _drain(self) -> None:
@@ -357,13 +389,21 @@ class StreamingJob:
         return self._checkpoints.storage.get(checkpoint_id).metadata["extra"].get("epoch")
 
     def _watch(self) -> None:
-        # Between two calls, a death restarts the job at once: its timers and requests go on.
-        while not self._stopped.wait(0.5):
+        # Between two epochs, a death restarts the job at once (its timers and requests go on),
+        # and a checkpoint every checkpoint_interval_ms publishes what the job produced meanwhile:
+        # windows that an idle input or a timer closed, requests that completed.
+        interval_s = None if self.checkpoint_interval_ms is None else self.checkpoint_interval_ms / 1000
+        tick_s = 0.5 if interval_s is None else min(0.5, interval_s / 4)
+        while not self._stopped.wait(tick_s):
             if not self._lock.acquire(blocking=False):
                 continue
             try:
                 if self.running:
                     self._recover_if_failed()
+                    if interval_s is not None and time.monotonic() - self._last_commit >= interval_s:
+                        figures = self._between_epochs()
+                        if figures.rows_out:  # else the progress would fill up with idle checkpoints
+                            self.figures.append(figures)
             except BaseException:  # noqa: BLE001 - kept in self.failure; the next call raises it
                 pass
             finally:

@@ -69,7 +69,8 @@ class StreamingRun:
     after it, the time to hand it to the actors (``feed_ms``), to checkpoint (``checkpoint_ms``)
     and to publish (``publish_ms``), and ``latency_ms`` from the micro-batch's start to its output
     published; ``skipped`` marks a micro-batch that Spark ran again and that was already in the
-    state restored.
+    state restored. A checkpoint between micro-batches that published rows (``between_epochs``)
+    has an entry too, with the last micro-batch's epoch.
     """
 
     def __init__(self, query: Any, job: StreamingJob, spark: Any, input_schema: pa.Schema) -> None:
@@ -167,6 +168,7 @@ def write_stream(
     foreach_batch: Callable[[Any, int], Any] | None = None, output_schema: pa.Schema | None = None,
     processing_time: str | None = None, max_restarts: int = 20, restart_window_s: float = 60.0,
     checkpoint_timeout_ms: int = 60_000, actor_resources: dict[str, float] | None = None,
+    checkpoint_interval_ms: int | None = 1_000,
 ) -> StreamingRun:
     """Start the query: see ``SparkDataStream.write_stream``."""
     from .arrow_io import tables_to_dataframe
@@ -193,7 +195,8 @@ def write_stream(
         sink = FileSink(path, schema=output_schema)
     job = StreamingJob(graph, sink, job_name=job_name, directory=f"{location}/actorflow", output_schema=output_schema,
                        max_restarts=max_restarts, restart_window_s=restart_window_s,
-                       checkpoint_timeout_ms=checkpoint_timeout_ms, actor_resources=actor_resources).start()
+                       checkpoint_timeout_ms=checkpoint_timeout_ms, actor_resources=actor_resources,
+                       checkpoint_interval_ms=checkpoint_interval_ms).start()
     input_schema = graph.source.schema
 
     def each(batch: "DataFrame", batch_id: int) -> None:

@@ -86,7 +86,7 @@ class SparkDataStream(DataStream):
     def write_stream(
         self, path: str | None = None, *, checkpoint_location: str, foreach_batch: Callable[[Any, int], Any] | None = None,
         output_schema: Any = None, processing_time: str | None = None, max_restarts: int = 20,
-        restart_window_s: float = 60.0, checkpoint_timeout_ms: int = 60_000,
+        restart_window_s: float = 60.0, checkpoint_timeout_ms: int = 60_000, checkpoint_interval_ms: int | None = 1_000,
     ) -> StreamingRun:
         """Start the pipeline on a streaming DataFrame (``from_spark(spark.readStream...)``): one job
         for the query's whole life, returning a ``StreamingRun`` (Spark's ``StreamingQuery``).
@@ -99,7 +99,11 @@ class SparkDataStream(DataStream):
 
         ``checkpoint_location`` holds Spark's offsets and actorflow's checkpoints: run the same
         script again with it to resume. ``processing_time`` is Spark's trigger (``"2 seconds"``);
-        by default a micro-batch starts as soon as the last one ended. An actor that dies
+        by default a micro-batch starts as soon as the last one ended. Between micro-batches the
+        job goes on (timers, idleness, requests in flight), and a checkpoint every
+        ``checkpoint_interval_ms`` publishes what it produced: a window that closes while no
+        micro-batch comes reaches the output within ``idleness_ms`` (when an idle input is what
+        closes it) plus ``checkpoint_interval_ms`` plus the checkpoint's own time. An actor that dies
         restarts the job from its latest checkpoint within ``max_restarts`` per ``restart_window_s``.
         """
         if self._streaming_df is None:
@@ -111,7 +115,8 @@ class SparkDataStream(DataStream):
                             foreach_batch=foreach_batch, output_schema=to_arrow_schema(output_schema),
                             processing_time=processing_time, max_restarts=max_restarts,
                             restart_window_s=restart_window_s, checkpoint_timeout_ms=checkpoint_timeout_ms,
-                            actor_resources=cluster.actor_resources if cluster is not None else None)
+                            actor_resources=cluster.actor_resources if cluster is not None else None,
+                            checkpoint_interval_ms=checkpoint_interval_ms)
 
     def _run(self, **options: Any) -> JobResult:
         try:

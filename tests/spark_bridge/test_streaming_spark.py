@@ -8,6 +8,8 @@ import asyncio
 import functools
 import os
 import random
+import threading
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -123,12 +125,12 @@ def test_a_file_stream_through_enrichment_and_windows_equals_the_bounded_run(spa
     query = _pipeline(from_spark(events, timestamp_column="ts", out_of_orderness_ms=OUT_OF_ORDERNESS_MS, parallelism=2),
                       window).write_stream(str(tmp_path / "out"), checkpoint_location=str(tmp_path / "chk"))
     query.process_all_available()
-    progress = query.recent_progress
+    progress = [p for p in query.recent_progress if not p["between_epochs"]]
     query.stop(drain=True)
     assert not query.is_active and query.exception() is None
     # One job for the query's life: each file was one micro-batch, one epoch and its checkpoint.
     assert [p["epoch"] for p in progress] == list(range(20))
-    assert [p["checkpoint_id"] for p in progress] == list(range(1, 21))
+    assert [p["checkpoint_id"] for p in progress] == sorted({p["checkpoint_id"] for p in progress})
     assert sum(p["rows_in"] for p in progress) == n and not any(p["restarts"] for p in progress)
 
     ours = _rows(spark.read.parquet(str(tmp_path / "out")))
@@ -202,7 +204,7 @@ def test_stop_then_resume_from_the_final_checkpoint_equals_an_uninterrupted_run(
     assert second.job.resumed_from is not None
     second.process_all_available()
     second.stop(drain=True)
-    assert [p["epoch"] for p in second.recent_progress] == [4, 5, 6, 7]
+    assert [p["epoch"] for p in second.recent_progress if not p["between_epochs"]] == [4, 5, 6, 7]
 
     uninterrupted = start(all_files, "uninterrupted")
     uninterrupted.process_all_available()
@@ -237,3 +239,159 @@ def test_a_null_event_time_in_a_micro_batch_fails_the_query_naming_the_column(sp
     with pytest.raises(af.errors.JobFailedError, match="column 'ts' holds nulls in 1 rows"):
         query.await_termination(120)
     assert not query.is_active
+
+
+def _published_windows(out: str) -> set[int]:
+    """The window starts (ms from BASE) in the files the sink's log lists."""
+    from actorflow.cluster.stream_sinks import FileSink
+
+    starts: set[int] = set()
+    for name in FileSink(out).files:
+        for start in pq.read_table(os.path.join(out, name)).column("window_start").to_pylist():
+            starts.add(int(start.timestamp() * 1000) - BASE_US // 1000)
+    return starts
+
+
+def test_a_window_that_an_idle_input_closes_during_a_pause_is_published_within_the_stated_bound(spark, tmp_path):
+    directory = str(tmp_path / "in")
+    os.makedirs(directory)
+    # One file of a minute of clicks in time order: the first split reads its first half, the
+    # second the rest, so after it the watermark is the first split's, 30 s in.
+    pq.write_table(pa.table({"id": list(range(600)), "user": [1] * 600, "amount": [1] * 600,
+                             "ts": pa.array([BASE_US + i * STEP_US for i in range(600)], pa.timestamp("us", tz="UTC"))}),
+                   os.path.join(directory, "minute.parquet"))
+    idleness_ms, interval_ms = 500, 500
+    events = spark.readStream.schema(SCHEMA).parquet(directory)
+    out = str(tmp_path / "out")
+    appeared: dict[int, float] = {}  # window start -> when the sink's log first listed it
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.02):
+            if os.path.isdir(os.path.join(out, "_spark_metadata")):
+                for start in _published_windows(out):
+                    appeared.setdefault(start, time.time())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    query = (from_spark(events, timestamp_column="ts", parallelism=2, idleness_ms=idleness_ms)
+             .key_by("user").window(TumblingEventTimeWindows.of(10_000)).count()
+             .write_stream(out, checkpoint_location=str(tmp_path / "chk"), checkpoint_interval_ms=interval_ms))
+    try:
+        query.process_all_available()
+        deadline = time.monotonic() + 10
+        while len(appeared) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        done.set()
+        query.stop()
+    epoch = next(p for p in query.recent_progress if not p["between_epochs"])
+    epoch_out_s = (epoch["started_at_ms"] + epoch["latency_ms"]) / 1000
+    # The epoch's own checkpoint published the windows its watermark closed (29.9 s in) ...
+    assert epoch["rows_out"] == 2 and sorted(appeared)[:2] == [0, 10_000]
+    assert sorted(appeared) == [0, 10_000, 20_000, 30_000, 40_000], appeared
+    # ... and no file came after it. The first split went idle, the watermark became the second's
+    # (59.9 s), the windows up to 50 s closed, and a checkpoint between micro-batches published them.
+    later_ms = [(appeared[start] - epoch_out_s) * 1000 for start in (20_000, 30_000, 40_000)]
+    # The bound: idleness, then the next checkpoint between micro-batches, and that checkpoint's
+    # own time (one second allowed for it and for the watcher's reads on a busy machine).
+    assert all(idleness_ms - 50 <= ms <= idleness_ms + interval_ms + 1_000 for ms in later_ms), later_ms
+    assert [p for p in query.recent_progress if p["between_epochs"] and p["rows_out"] == 3], query.recent_progress
+
+
+class EventService:
+    """A real HTTP service on 127.0.0.1 whose answer for an event is a pure function of its id and
+    how many times it was asked: every 13th event answers 503 the first time (a retry succeeds),
+    every 1,009th 404 always (a dead letter), every 997th hangs (the timeout's fallback answers)."""
+
+    def __init__(self) -> None:
+        self.asked: dict[int, int] = {}
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> "EventService":
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(5)
+
+    def _serve(self) -> None:
+        from aiohttp import web
+
+        async def event(request):
+            i = int(request.match_info["id"])
+            self.asked[i] = self.asked.get(i, 0) + 1
+            if i % 1_009 == 0:
+                return web.json_response({"error": f"no event {i}"}, status=404)
+            if i % 13 == 0 and self.asked[i] == 1:
+                return web.json_response({"error": "busy"}, status=503)
+            if i % 997 == 0:
+                await asyncio.sleep(30)
+            return web.json_response({"id": i, "segment": f"s{i % 5}"})
+
+        async def main() -> None:
+            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+            app = web.Application()
+            app.router.add_get("/event/{id}", event)
+            runner = web.AppRunner(app, shutdown_timeout=0.2)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+            self._ready.set()
+            await self._stop.wait()
+            await runner.cleanup()
+
+        asyncio.run(main())
+
+
+def _service_pipeline(stream, url: str):
+    async def lookup(row):
+        from examples.enrich_service import http_session
+
+        async with http_session().get(f"{url}/event/{row['id']}") as response:
+            if response.status != 200:
+                raise ConnectionError(f"event {row['id']}: {response.status}")
+            body = await response.json()
+        return [{**row, "segment": body["segment"], "fell_back": 0}]
+
+    return (stream
+            .async_map(lookup, ordered=False, capacity=100, timeout_ms=500, fallback=_fallback,
+                       retry=af.retry.FixedDelay(3, 20), on_error="dead_letter")
+            .key_by("user")
+            .window(TumblingEventTimeWindows.of(60_000))
+            .aggregate(Aggregations(n=Count(), total=Sum("amount"), fallbacks=Sum("fell_back"))))
+
+
+def test_actor_kills_during_a_stream_against_a_real_service_lose_and_duplicate_nothing(spark, tmp_path):
+    from actorflow.cluster.chaos import ChaosMonkey
+
+    n, directory = 30_000, str(tmp_path / "in")
+    late = write_event_files(directory, n, 20)
+    with EventService() as service:
+        events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
+        stream = from_spark(events, timestamp_column="ts", out_of_orderness_ms=OUT_OF_ORDERNESS_MS, parallelism=2,
+                            job_name="stream-chaos")
+        query = _service_pipeline(stream, service.url).write_stream(
+            str(tmp_path / "out"), checkpoint_location=str(tmp_path / "chk"), processing_time="500 milliseconds")
+        with ChaosMonkey("stream-chaos", every_s=2.0, max_kills=3, first_after_s=2.0, seed=11) as monkey:
+            query.process_all_available()
+        query.stop(drain=True)
+        assert len(monkey.kills) >= 2, monkey.kills
+        assert query.job.restarts == len(monkey.kills), (query.job.failures, monkey.kills)
+
+        calm = from_spark(events, timestamp_column="ts", out_of_orderness_ms=OUT_OF_ORDERNESS_MS, parallelism=2,
+                          job_name="stream-calm")
+        control = _service_pipeline(calm, service.url).write_stream(
+            str(tmp_path / "out-calm"), checkpoint_location=str(tmp_path / "chk-calm"))
+        control.process_all_available()
+        control.stop(drain=True)
+
+    ours, theirs = _rows(spark.read.parquet(str(tmp_path / "out"))), _rows(spark.read.parquet(str(tmp_path / "out-calm")))
+    assert ours == theirs
+    assert sum(r[3] for r in ours) == n - len(range(0, n, 1_009)) - len([i for i in late if i % 1_009])
+    assert sum(r[5] for r in ours) == len([i for i in range(0, n, 997) if i % 1_009 and i not in late])
+    assert sorted(r.id for r in query.dead_letters().collect()) == list(range(0, n, 1_009))
