@@ -37,6 +37,7 @@ __version__ = "0.1.0"
 _ENTRY_POINTS = {
     "enrich": "actorflow.spark_bridge.enrich",
     "enrich_async": "actorflow.spark_bridge.enrich",
+    "enrich_stream": "actorflow.spark_bridge.enrich",
     "from_spark": "actorflow.spark_bridge.streams",
     "last_job": "actorflow.spark_bridge.streams",
     "spark_session": "actorflow.spark_bridge.session",
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     from .operators.async_wait_operator import DeadLetter
     from .operators.errors import ActorflowError
     from .operators.request_keys import current_request_key
-    from .spark_bridge.enrich import enrich, enrich_async
+    from .spark_bridge.enrich import enrich, enrich_async, enrich_stream
     from .spark_bridge.session import ensure_ray, spark_session, stop_spark
     from .spark_bridge.spark_cluster import on_spark_cluster
     from .spark_bridge.streams import from_spark, last_job

@@ -27,12 +27,13 @@ from actorflow.operators.retry import RetryStrategy
 
 from .interrupts import interruptible
 from .session import check_dataframe
-from .streams import from_spark, to_arrow_schema
+from .streaming import StreamingRun
+from .streams import SparkDataStream, from_spark, to_arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["enrich", "enrich_async"]
+__all__ = ["enrich", "enrich_async", "enrich_stream"]
 
 
 @reports_progress
@@ -106,29 +107,10 @@ def enrich(
     row it takes in: each row is made fresh from Arrow and nothing else holds it. (The function's
     own copy of its argument is ``copy_inputs``.)
     """
-    if isinstance(fn, ArrowBatchFunction) and batch_size is None:
-        raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
-    if not callable(fn) and not isinstance(fn, ArrowBatchFunction):
-        raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
-    reject_async_generator(fn, describe_value(fn), "an async def or a plain function that returns a dict of new columns"
-                           if batch_size is None else "one that returns a list of one dict per row")
-    _check_numbers(capacity=capacity, timeout_ms=timeout_ms, parallelism=parallelism, queue_capacity=queue_capacity,
-                   batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, checkpoint_interval_ms=checkpoint_interval_ms)
+    fallback_fn = _checked(fn, fallback, capacity=capacity, timeout_ms=timeout_ms, parallelism=parallelism,
+                           queue_capacity=queue_capacity, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms,
+                           checkpoint_interval_ms=checkpoint_interval_ms)
     check_overwrite(overwrite, resume_from)
-    wrapped = _merge_rows(cast(Callable[[dict[str, Any]], Any], fn))
-    fallback_fn = None
-    if fallback is not None:
-        if isinstance(fallback, dict):
-            bad = [key for key in fallback if not isinstance(key, str)]
-            if bad:
-                raise ConfigurationError(f"the fallback's column names must be str, got {describe_value(bad[0])} "
-                                         f"({type(bad[0]).__name__}) in {describe_value(fallback)}")
-            extra = dict(fallback)
-            fallback_fn = lambda row: [{**row, **extra}]  # noqa: E731
-        elif callable(fallback):
-            fallback_fn = lambda row: [{**row, **_check_dict(fallback(row), row, "fallback")}]  # noqa: E731
-        else:
-            raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
     with interruptible():  # Ctrl-C cancels the Spark jobs, without py4j tracebacks
         check_dataframe(df, "enrich()")
         # The bar shows from here: what follows reads df (its plan, then its rows) and runs the job.
@@ -140,27 +122,10 @@ def enrich(
         checkpoints: dict[str, Any] = dict(
             checkpoint_interval_ms=checkpoint_interval_ms, checkpoint_dir=checkpoint_dir, resume_from=resume_from,
             overwrite=overwrite)
-        stream = from_spark(df, parallelism=parallelism, job_name=job_name)
-        schema = to_arrow_schema(output_schema)
-        if schema is not None:
-            given = set(schema.names)
-            schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
-        copy_inputs = scalar_rows_copy(stream._input_schema)
-        if batch_size is not None:
-            stream = stream.async_map_batch(
-                _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
-                capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
-                name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
-            )
-        else:
-            if batch_timeout_ms is not None:
-                raise ConfigurationError(
-                    f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
-            stream = stream.async_map(
-                wrapped, ordered=ordered, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
-                fallback=fallback_fn, on_error=on_error, name="enrich", copy_inputs=copy_inputs, object_reuse=object_reuse,
-                queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
-            )
+        stream, schema = _enriched(
+            from_spark(df, parallelism=parallelism, job_name=job_name), fn, output_schema, fallback_fn, ordered=ordered,
+            capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, queue_capacity=queue_capacity,
+            batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse)
         source = weakref.ref(stream.graph.source)
         try:
             return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
@@ -172,6 +137,110 @@ def enrich(
             del stream
             if source() is not None:
                 gc.collect()
+
+
+def enrich_stream(
+    df: "DataFrame",
+    fn: Callable[[dict[str, Any]], Any] | Callable[[list[dict[str, Any]]], Any] | ArrowBatchFunction,
+    path: str | None = None,
+    *,
+    checkpoint_location: str,
+    foreach_batch: Callable[[Any, int], Any] | None = None,
+    output_schema: Any = None,
+    ordered: bool = True,
+    capacity: int = 100,
+    timeout_ms: int | None = 30_000,
+    retry: RetryStrategy | None = None,
+    fallback: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    parallelism: int | None = None,
+    on_error: Literal["fail", "dead_letter"] = "fail",
+    job_name: str | None = None,
+    queue_capacity: int | None = None,
+    batch_size: int | None = None,
+    batch_timeout_ms: int | None = None,
+    processing_time: str | None = None,
+    checkpoint_interval_ms: int | None = 1_000,
+    object_reuse: bool = True,
+) -> StreamingRun:
+    """``enrich()`` for a streaming DataFrame (``spark.readStream``): start a query that enriches
+    every row of every micro-batch with ``fn`` and writes the result to Parquet files under
+    ``path`` (or to ``foreach_batch(df, epoch)``), exactly once, and return its ``StreamingRun``.
+
+    ``fn`` and the options of the enrichment are ``enrich()``'s; ``checkpoint_location``,
+    ``processing_time`` and ``checkpoint_interval_ms`` are ``write_stream()``'s. One job runs for
+    the query's whole life: a slow request does not hold its micro-batch back (it is saved in
+    the checkpoint and its row goes out with a later one), and the same script run again with
+    the same ``checkpoint_location`` resumes where the last run stopped. With
+    ``on_error="dead_letter"``, the failed rows are kept in the job's state and handed over by
+    ``stop(drain=True)`` (``StreamingRun.dead_letters()``).
+
+    >>> query = enrich_stream(clicks, segment, "/data/enriched", checkpoint_location="/chk/enriched")  # doctest: +SKIP
+    >>> query.await_termination()                                                                      # doctest: +SKIP
+    """
+    fallback_fn = _checked(fn, fallback, capacity=capacity, timeout_ms=timeout_ms, parallelism=parallelism,
+                           queue_capacity=queue_capacity, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms,
+                           checkpoint_interval_ms=checkpoint_interval_ms)
+    if not df.isStreaming:
+        raise ConfigurationError("enrich_stream() reads a streaming DataFrame (spark.readStream); for a bounded one, "
+                                 "call enrich()")
+    stream, schema = _enriched(
+        from_spark(df, parallelism=parallelism, job_name=job_name), fn, output_schema, fallback_fn, ordered=ordered,
+        capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, queue_capacity=queue_capacity,
+        batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse)
+    return stream.write_stream(path, checkpoint_location=checkpoint_location, foreach_batch=foreach_batch,
+                               output_schema=schema, processing_time=processing_time,
+                               checkpoint_interval_ms=checkpoint_interval_ms)
+
+
+def _checked(fn: Any, fallback: Any, **numbers: Any) -> Callable[[dict[str, Any]], Any] | None:
+    """Refuse what enrich() cannot take, and make the fallback's function of a row."""
+    batch_size = numbers["batch_size"]
+    if isinstance(fn, ArrowBatchFunction) and batch_size is None:
+        raise ConfigurationError(f"enrich() with {fn!r} needs batch_size, got batch_size=None")
+    if not callable(fn) and not isinstance(fn, ArrowBatchFunction):
+        raise ConfigurationError(f"enrich() needs a function of a row, got {type(fn).__name__}")
+    reject_async_generator(fn, describe_value(fn), "an async def or a plain function that returns a dict of new columns"
+                           if batch_size is None else "one that returns a list of one dict per row")
+    _check_numbers(**numbers)
+    if fallback is None:
+        return None
+    if isinstance(fallback, dict):
+        bad = [key for key in fallback if not isinstance(key, str)]
+        if bad:
+            raise ConfigurationError(f"the fallback's column names must be str, got {describe_value(bad[0])} "
+                                     f"({type(bad[0]).__name__}) in {describe_value(fallback)}")
+        extra = dict(fallback)
+        return lambda row: [{**row, **extra}]
+    if callable(fallback):
+        return lambda row: [{**row, **_check_dict(fallback(row), row, "fallback")}]
+    raise ConfigurationError(f"fallback must be a dict or a function of a row, got {type(fallback).__name__}")
+
+
+def _enriched(
+    stream: SparkDataStream, fn: Any, output_schema: Any, fallback_fn: Any, *, ordered: bool, capacity: int,
+    timeout_ms: int | None, retry: RetryStrategy | None, on_error: Literal["fail", "dead_letter"],
+    queue_capacity: int | None, batch_size: int | None, batch_timeout_ms: int | None, object_reuse: bool,
+) -> tuple[SparkDataStream, pa.Schema | None]:
+    """``stream`` with enrich()'s operator, and the output's schema from ``output_schema``."""
+    schema = to_arrow_schema(output_schema)
+    if schema is not None:
+        given = set(schema.names)
+        schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
+    copy_inputs = scalar_rows_copy(stream._input_schema)
+    if batch_size is not None:
+        return stream.async_map_batch(
+            _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
+            capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
+            name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
+        ), schema
+    if batch_timeout_ms is not None:
+        raise ConfigurationError(f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
+    return stream.async_map(
+        _merge_rows(cast(Callable[[dict[str, Any]], Any], fn)), ordered=ordered, capacity=capacity,
+        timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error, name="enrich",
+        copy_inputs=copy_inputs, object_reuse=object_reuse,
+        queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
+    ), schema
 
 
 async def enrich_async(

@@ -260,9 +260,9 @@ def check_dataframe(df: "DataFrame", what: str = "from_spark()", *, streaming: b
         )
     if df.isStreaming and not streaming:
         raise ConfigurationError(
-            f"{what} reads a DataFrame once, as a batch, and got a streaming one (readStream); enrich each "
-            "micro-batch instead: stream.writeStream.foreachBatch(lambda batch, epoch: "
-            "enrich(batch, fn).write.mode('append').parquet(path)).start()"
+            f"{what} reads a DataFrame once, as a batch, and got a streaming one (readStream); start a "
+            "streaming query instead: enrich_stream(df, fn, path, checkpoint_location=...), or "
+            "from_spark(df, ...)....write_stream(path, checkpoint_location=...)"
         )
     twice = [(name, count) for name, count in collections.Counter(df.columns).items() if count > 1]
     if twice:

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from actorflow.operators import ConfigurationError, JobFailedError
-from actorflow.spark_bridge import enrich, from_spark
+from actorflow.spark_bridge import enrich, enrich_stream, from_spark
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
 
@@ -177,22 +177,22 @@ def test_a_function_that_changes_its_row_does_not_change_what_its_retry_sees(spa
     assert got == [(i, f"n{i}", ["a"] if nested else None, 2) for i in range(6)]
 
 
-def test_a_streaming_dataframe_is_refused_and_the_foreach_batch_recipe_enriches_each_micro_batch(spark, tmp_path):
+def test_a_streaming_dataframe_is_refused_by_enrich_and_enrich_stream_enriches_each_micro_batch(spark, tmp_path):
     source = str(tmp_path / "in")
     spark.range(30).repartition(2).write.parquet(source)
     stream = spark.readStream.schema("id long").parquet(source)
-    with pytest.raises(ConfigurationError, match=r"got a streaming one \(readStream\); enrich each micro-batch.*foreachBatch"):
+    with pytest.raises(ConfigurationError, match=r"got a streaming one \(readStream\); start a streaming query instead: "
+                                                 r"enrich_stream\(df, fn, path, checkpoint_location=...\)"):
         enrich(stream, lambda row: {"x": 1}, progress=False)
+    with pytest.raises(ConfigurationError, match=r"enrich_stream\(\) reads a streaming DataFrame .* call enrich\(\)"):
+        enrich_stream(spark.range(3), lambda row: {"x": 1}, str(tmp_path / "o"), checkpoint_location=str(tmp_path / "c"))
 
     async def plus_one(row):
         return {"x": row["id"] + 1}
 
     sink = str(tmp_path / "out")
-    query = (stream.writeStream
-             .foreachBatch(lambda batch, epoch: enrich(batch, plus_one, progress=False).write.mode("append").parquet(sink))
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(availableNow=True)
-             .start())
-    query.awaitTermination(120)
+    query = enrich_stream(stream, plus_one, sink, checkpoint_location=str(tmp_path / "checkpoint"), output_schema="x long")
+    query.process_all_available()
+    query.stop(drain=True)
     assert query.exception() is None
     assert sorted(tuple(r) for r in spark.read.parquet(sink).collect()) == [(i, i + 1) for i in range(30)]

@@ -65,3 +65,55 @@ def test_the_readme_pipeline_example_filters_maps_and_enriches_rows_from_spark(s
     expected = sorted((i, dt.datetime.fromtimestamp(BASE_S + i * 600, dt.timezone.utc).hour, i * 10)
                       for i in range(0, 40, 2))
     assert sorted((r.id, r.hour, r.looked_up) for r in out.collect()) == expected
+
+
+def _click_files(directory, files: int, per_file: int) -> None:
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(directory, exist_ok=True)
+    for k in range(files):
+        ids = range(k * per_file, (k + 1) * per_file)
+        pq.write_table(pa.table({
+            "click_id": pa.array(ids, pa.int64()), "user_id": pa.array([i % 7 for i in ids], pa.int64()),
+            "ts": pa.array([(BASE_S + i) * 1_000_000 for i in ids], pa.timestamp("us", tz="UTC"))}),
+            os.path.join(directory, f"clicks-{k}.parquet"))
+        os.utime(os.path.join(directory, f"clicks-{k}.parquet"), (BASE_S + k, BASE_S + k))
+
+
+def _in(tmp_path, code: str) -> str:
+    for name in ("/data/clicks", "/data/enriched", "/data/counts", "/chk/enriched", "/chk/counts"):
+        code = code.replace(f'"{name}"', repr(str(tmp_path) + name))
+    return code
+
+
+def test_the_readme_stream_examples_enrich_a_stream_and_count_its_windows(spark, tmp_path):
+    import actorflow as af
+
+    _click_files(str(tmp_path / "data" / "clicks"), 3, 300)
+    # The one-liner, waiting for the input there is instead of for ever, then draining.
+    code = _in(tmp_path, readme_example("af.enrich_stream(")).replace(
+        "query.await_termination()", "query.process_all_available(); query.stop(drain=True)")
+    namespace = {"af": af, "spark": spark, "profile": profile}
+    exec(compile(code, "README", "exec"), namespace)  # noqa: S102
+    enriched = spark.read.parquet(str(tmp_path / "data" / "enriched"))
+    assert sorted((r.click_id, r.segment) for r in enriched.collect()) == [
+        (i, "gold" if i % 7 % 3 == 0 else "silver") for i in range(900)]
+
+    async def lookup(row):
+        return [row]
+
+    namespace = {"af": af, "spark": spark, "lookup": lookup, "clicks": namespace["clicks"]}
+    exec(compile(_in(tmp_path, readme_example(".write_stream(\"/data/counts\"")), "README", "exec"), namespace)  # noqa: S102
+    counts = namespace["counts"]
+    assert not counts.is_active and counts.last_progress["epoch"] == 0
+    # Stopped with a final checkpoint: the minutes the watermark closed are out, each exact.
+    published = spark.read.parquet(str(tmp_path / "data" / "counts")).collect()
+    assert published
+    per_user_minute: dict = {}
+    for i in range(900):
+        minute = (BASE_S + i) // 60 * 60
+        per_user_minute[(i % 7, minute)] = per_user_minute.get((i % 7, minute), 0) + 1
+    assert {(r.user_id, int(r.window_start.timestamp())): r.n for r in published}.items() <= per_user_minute.items()
