@@ -74,12 +74,16 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
     if resume_from is not None:
         _check_job_directory(resume_from, getattr(found, "job_name", None))
         settings["resume_from"] = resume_from
-    if output is not None:
-        _check_output(output)
     _connect(address)
     stream = _as_stream(target, found)
     from actorflow.operators.errors import JobFailedError
     from actorflow.spark_bridge.streams import SparkDataStream
+
+    if getattr(stream, "_streaming_df", None) is not None:
+        _run_stream(target, stream, output, checkpoint_dir, resume_from, interval)
+        return
+    if output is not None:
+        _check_output(output)
 
     resume = None
     if resume_from is not None:
@@ -114,6 +118,62 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
 
     click.echo(f"finished in {time.perf_counter() - started:.1f} s on the Ray cluster at "
                f"{ray.get_runtime_context().gcs_address}")
+
+
+def _run_stream(target: str, stream: Any, output: str | None, checkpoint_dir: str | None, resume_from: str | None,
+                interval: str) -> None:
+    """A pipeline of a streaming DataFrame: its query runs until Ctrl-C, SIGTERM or ``actorflow
+    stop JOB``, then stops with a final checkpoint; the same command run again resumes from it."""
+    import signal
+
+    if output is None or checkpoint_dir is None or resume_from is not None:
+        raise _Usage(f"{target} reads a streaming DataFrame: run it with --output PATH (its Parquet files) and "
+                     "--checkpoint-dir DIR (its checkpoint location; the same command run again resumes from it)")
+    query = stream.write_stream(output, checkpoint_location=checkpoint_dir,
+                                checkpoint_interval_ms=max(10, int(_duration_s(interval) * 1000)))
+    import ray
+
+    click.echo(f"{target}: streaming job {query.name!r} runs on the Ray cluster at "
+               f"{ray.get_runtime_context().gcs_address}; Ctrl-C, SIGTERM or `actorflow stop {query.name}` "
+               "stops it with a final checkpoint", err=True)
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        while query.is_active:
+            query.await_termination(0.5)
+    except KeyboardInterrupt:
+        pass  # the usual way to stop a stream: not an error
+    except Exception as error:  # noqa: BLE001 - the job's failure, said in one line
+        raise click.ClickException(str(error)) from error
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    query.stop()
+    last = query.last_progress
+    epoch = "" if last is None else f" after epoch {last['epoch']}"
+    click.echo(f"stopped: job {query.name!r} stopped{epoch} with a final checkpoint in {checkpoint_dir}; "
+               f"output in {output}. Run the same command to resume.")
+
+
+@main.command()
+@click.argument("job")
+@click.option("--address", default="auto", show_default=True, help="the Ray cluster the job runs on")
+def stop(job: str, address: str) -> None:
+    """Stop the streaming job JOB, as Ctrl-C in its shell would: with a final checkpoint."""
+    _connect(address, join_only=True)
+    import ray
+
+    from actorflow.cluster.checkpoints.coordinator import COORDINATOR
+    from actorflow.actors.naming import instance_name
+
+    try:
+        coordinator = ray.get_actor(instance_name(job, COORDINATOR, 0, 1), namespace=NAMESPACE)
+    except ValueError:
+        raise _Usage(f"no job {job!r} runs on the Ray cluster at {ray.get_runtime_context().gcs_address}") from None
+    ray.get(coordinator.request_stop.remote())
+    click.echo(f"asked job {job!r} to stop; it takes a final checkpoint, and its driver ends")
 
 
 def _check_output(path: str) -> None:
@@ -574,7 +634,9 @@ def _status_table(epoch_ms: bool = False) -> tuple[str, set[str]]:
             figures[name] = ray.get(ref, timeout=5)
         except Exception:  # noqa: BLE001 - a dying actor shows with empty figures
             figures[name] = {}
-    last_checkpoint = {job: _last_checkpoint(job) for job in {name.split("/", 1)[0] for name, _ in ours}}
+    jobs = {name.split("/", 1)[0] for name, _ in ours}
+    last_checkpoint = {job: _last_checkpoint(job) for job in jobs}
+    streams = {job: line for job in sorted(jobs) if (line := _stream_line(job)) is not None}
     header = (f"{'operator instance':<40} {'state':<9} {'in':>10} {'out':>10} {'in flight':>9} {'watermark':>24} "
               f"{'checkpoint':>10} {'restarts':>8}")
     lines = [header, "-" * len(header)]
@@ -588,7 +650,29 @@ def _status_table(epoch_ms: bool = False) -> tuple[str, set[str]]:
         )
         if f:
             lines.append(f"    {_mailbox_text(name, f)}")
+    lines.extend(streams.values())
     return "\n".join(lines), running
+
+
+def _stream_line(job: str) -> str | None:
+    """A streaming job's line under its instances (whose watermarks the table shows): its last
+    epoch, how long ago that was published, its latency and checkpoint time; None for a bounded job."""
+    import ray
+
+    from actorflow.actors.naming import instance_name
+    from actorflow.cluster.checkpoints.coordinator import COORDINATOR
+
+    try:
+        figures = ray.get(ray.get_actor(instance_name(job, COORDINATOR, 0, 1), namespace=NAMESPACE)
+                          .stream_figures.remote(), timeout=5)
+    except Exception:  # noqa: BLE001 - no coordinator (a job without checkpoints), or one that ends now
+        return None
+    if figures is None:
+        return None
+    lag_s = max(0.0, time.time() - figures["at_ms"] / 1000)
+    return (f"job {job}: streaming, epoch {figures['epoch']} (checkpoint {figures['checkpoint_id']}), "
+            f"{figures['rows_in']:,} rows in, {figures['rows_out']:,} out, published {lag_s:.1f} s ago; "
+            f"latency {figures['latency_ms']:.0f} ms, checkpoint {figures['checkpoint_ms']:.0f} ms")
 
 
 def _mailbox_text(name: str, figures: dict[str, Any]) -> str:

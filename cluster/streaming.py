@@ -146,6 +146,9 @@ class StreamingJob:
         self._watcher: threading.Thread | None = None
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self._last_commit = time.monotonic()
+        #: Called, in a thread of its own, once when ``actorflow stop`` asks for the job to stop.
+        self.on_stop_request: Callable[[], None] = self.stop
+        self.stop_requested = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -193,6 +196,7 @@ class StreamingJob:
             figures.checkpoint_id, figures.restarts = checkpoint_id, self.restarts - restarts
             figures.latency_ms = (time.perf_counter() - started) * 1000
             self.figures.append(figures)
+            self._coordinator.note_stream.remote({**figures.as_dict(), "at_ms": int(time.time() * 1000)})
             type(self).fault_point("published", epoch)
             return figures
 
@@ -398,6 +402,10 @@ class StreamingJob:
             if not self._lock.acquire(blocking=False):
                 continue
             try:
+                if self.running and not self.stop_requested.is_set() and ray.get(
+                        self._coordinator.stop_requested.remote(), timeout=5):
+                    self.stop_requested.set()
+                    threading.Thread(target=self.on_stop_request, name=f"{self.job} stop", daemon=True).start()
                 if self.running:
                     self._recover_if_failed()
                     if interval_s is not None and time.monotonic() - self._last_commit >= interval_s:

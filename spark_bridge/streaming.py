@@ -76,6 +76,7 @@ class StreamingRun:
     def __init__(self, query: Any, job: StreamingJob, spark: Any, input_schema: pa.Schema) -> None:
         self.query, self.job = query, job
         self._spark, self._input_schema = spark, input_schema
+        job.on_stop_request = self.stop  # actorflow stop JOB, from another shell
         self._stopping = threading.Lock()
 
     def __repr__(self) -> str:

@@ -169,6 +169,8 @@ class CheckpointCoordinator:
         self._pending: PendingCheckpoint | None = None
         self._acks: dict[str, int] = {}
         self._extra: dict[str, Any] = {}
+        self._stream: dict[str, Any] | None = None
+        self._stop_requested = False
         self._started = 0.0
         self._lock = asyncio.Lock()
         self._durations_s: list[float] = []
@@ -286,6 +288,20 @@ class CheckpointCoordinator:
         async with self._lock:
             await self._abort_pending("the job ended")
             await asyncio.to_thread(self.storage.discard_incomplete)
+
+    async def note_stream(self, figures: dict[str, Any]) -> None:
+        """A streaming job's driver says how its last epoch went (``actorflow status`` shows it)."""
+        self._stream = figures
+
+    async def stream_figures(self) -> dict[str, Any] | None:
+        return self._stream
+
+    async def request_stop(self) -> None:
+        """Ask a streaming job's driver to stop it, with a final checkpoint (``actorflow stop``)."""
+        self._stop_requested = True
+
+    async def stop_requested(self) -> bool:
+        return self._stop_requested
 
     async def figures(self) -> dict[str, Any]:
         durations = self._durations_s

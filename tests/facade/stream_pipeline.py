@@ -1,0 +1,20 @@
+"""A streaming pipeline for ``actorflow run``: the Parquet files in ``$ACTORFLOW_TEST_STREAM_INPUT``,
+each click tagged, as they arrive."""
+
+from __future__ import annotations
+
+import os
+
+import actorflow as af
+
+
+async def tag(row):
+    return [{"id": row["id"], "ts": row["ts"], "tag": f"t{row['id']}"}]
+
+
+def pipeline():
+    spark = af.spark_session()
+    events = spark.readStream.schema("id long, user long, amount long, ts timestamp").parquet(
+        os.environ["ACTORFLOW_TEST_STREAM_INPUT"])
+    stream = af.from_spark(events, timestamp_column="ts", parallelism=1, job_name="cli-stream")
+    return stream.async_map(tag)
