@@ -50,7 +50,7 @@ from .instance_wiring import BackgroundTasks, chaos_moments, context_factory, in
 from .metrics import OperatorMetricsExporter
 from .keys import KeyRouter, as_router
 from .output import LocalSink
-from .source_actor import BlockReader, LocalChannel, epoch_reader, route_items
+from .source_actor import EPOCH_END, BlockReader, LocalChannel, epoch_reader, route_items
 from .task_host import ActorTaskHost
 from .heap import for_whole_batches
 from .store_pages import process_pages
@@ -246,6 +246,8 @@ class OperatorActor:
             await route_items(reader, self._split_channels, self._peer_key, self._between_items, pre_aggregate)
             return
         async for item in reader.items():
+            if item is EPOCH_END:
+                continue
             await self._gate.room(0)
             self._gate.file(0, item)
 

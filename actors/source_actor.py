@@ -35,7 +35,7 @@ from .naming import instance_name, task_name
 from .output import PreAggregate, partials_of, pre_aggregator
 from .store_pages import process_pages
 
-__all__ = ["BlockReader", "EpochReader", "LocalChannel", "epoch_reader", "MaxTimestampRow", "SourceActor", "event_time_ms", "route_items"]
+__all__ = ["BlockReader", "EPOCH_END", "EpochReader", "LocalChannel", "epoch_reader", "MaxTimestampRow", "SourceActor", "event_time_ms", "route_items"]
 
 
 def event_time_ms(table: pa.Table, column: str) -> pa.Array:
@@ -256,6 +256,18 @@ class BlockReader:
             yield index, self._blocks[index]
 
 
+class _EpochEnd:
+    """Not a channel item: an ``EpochReader`` has handed over every item fed so far and waits.
+    A consumer that holds items back (batches to pre-aggregate together) sends them now, so that a
+    checkpoint after the epoch does not wait for the next one; others skip it."""
+
+    def __repr__(self) -> str:
+        return "EPOCH_END"
+
+
+EPOCH_END = _EpochEnd()
+
+
 class EpochReader(BlockReader):
     """An unbounded split: its pieces arrive an epoch at a time (``feed``), as a streaming
     query's micro-batches do, and it waits for the next epoch after each, for as long as the job
@@ -323,16 +335,22 @@ class EpochReader(BlockReader):
         if self._arrived is None:
             self._arrived = asyncio.Event()
         index = max(start, self._first)
+        said = False
         while True:
             while index >= self._first + len(self._blocks):
                 if self._finished:
                     return
+                if not said:  # what the consumer holds back goes out before the reader waits
+                    said = True
+                    yield EPOCH_END
+                    continue
                 self._arrived.clear()
                 try:
                     await asyncio.wait_for(self._arrived.wait(), tick_s)
                 except TimeoutError:
                     for element in watermarks.on_periodic_emit():  # idle after idleness_ms
                         yield element
+            said = False
             yield index, self._blocks[index - self._first]
             index += 1
             # What was read goes: a long stream must not keep every block it ever read.
@@ -379,6 +397,11 @@ async def route_items(
     turn = 0
     held = _HeldBatches(reader.batch_size) if router is not None and pre_aggregate is not None else None
     async for item in reader.items():
+        if item is EPOCH_END:
+            if held is not None and held.items:
+                await _send_held(held, senders, router, pre_aggregate)
+            between_items.set()
+            continue
         if isinstance(item, Records) and router is None:
             # A barrier may overtake a batch that waits for credit: it has no number yet.
             await senders[turn].send(item)

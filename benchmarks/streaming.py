@@ -231,13 +231,12 @@ def _enrich_foreach_batch(spark: Any, source: str, out: str, checkpoints: str, j
 
 
 def _enrich_threadpool(spark: Any, source: str, out: str, checkpoints: str, job: str) -> Any:
-    from benchmarks.baselines import _threadpool_partition_fn
+    from benchmarks.baselines import _output_schema, _threadpool_partition_fn
 
     partition_fn: Any = _threadpool_partition_fn(get_profile("skewed"), C)
 
     def each(batch: Any, epoch: int) -> None:
-        schema = batch.schema.add("result", "long").add("latency_ms", "double").add("issued_at", "double")
-        batch.repartition(P).mapInPandas(partition_fn, schema).write.mode("append").parquet(f"{out}/{epoch}")
+        batch.repartition(P).mapInPandas(partition_fn, _output_schema(batch)).write.mode("append").parquet(f"{out}/{epoch}")
 
     events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
     return events.writeStream.foreachBatch(each).option("checkpointLocation", checkpoints).queryName(job).start()

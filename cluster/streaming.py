@@ -157,6 +157,11 @@ class StreamingJob:
         with self._lock:
             storage = CheckpointStorage(self.directory, job=self.job, filesystem=self.config.filesystem)
             latest = storage.latest()
+            if latest is not None and storage.unfinished_run() is None:
+                raise ConfigurationError(
+                    f"job {self.job!r} in {storage.directory} was drained (stop(drain=True)): its event time ran to "
+                    "its end and every window fired, so nothing can follow it; start the query with a new "
+                    "checkpoint location")
             if latest is None:
                 storage.clear()
                 first_id = 1
@@ -221,6 +226,9 @@ class StreamingJob:
         ``drain``, at the end of its input, every window fired and all output published."""
         with self._lock:
             if self._stopped.is_set():
+                return
+            if self.failure is not None:  # failed: its latest checkpoint is where a new run starts
+                self._end()
                 return
             try:
                 self._check_running()

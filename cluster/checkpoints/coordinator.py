@@ -49,6 +49,8 @@ __all__ = ["COORDINATOR", "CheckpointConfig", "CheckpointCoordinator", "JobCheck
 COORDINATOR = "checkpoint_coordinator"
 
 _log = logging.getLogger(__name__)
+#: Checkpoints whose figures (id, duration, size) the coordinator keeps, the newest.
+_KEPT = 1_000
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,8 @@ class CheckpointCoordinator:
             self._durations_s.append(duration_s)
             self._completed.append(checkpoint_id)
             self._sizes.append(size)
+            for figures in (self._durations_s, self._completed, self._sizes):
+                del figures[:-_KEPT]  # a stream checkpoints for weeks: its figures keep the newest
             await asyncio.to_thread(self.storage.retain, self.config.retain)
             for actor in self._participants:
                 actor.notify_checkpoint_complete.remote(checkpoint_id)
@@ -321,6 +325,7 @@ class CheckpointCoordinator:
         if pending is None:
             return
         self._aborted.append((pending.checkpoint_id, reason))
+        del self._aborted[:-_KEPT]
         await asyncio.to_thread(pending.abort)
         for actor in self._participants:
             actor.abort_checkpoint.remote(pending.checkpoint_id)

@@ -10,7 +10,7 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from actorflow.actors.source_actor import EpochReader
+from actorflow.actors.source_actor import EPOCH_END, EpochReader
 from actorflow.operators.channel_items import END_OF_INPUT, Records
 from actorflow.operators.elements import Watermark, WatermarkStatus
 
@@ -29,6 +29,12 @@ async def _take(items, until) -> list:
             return taken
 
 
+async def _next(items):
+    """The next item that is not the reader's word that it has handed over all it was fed."""
+    item = await items.__anext__()
+    return await items.__anext__() if item is EPOCH_END else item
+
+
 def _ids(items: list) -> list[int]:
     return [i for item in items if isinstance(item, Records) for i in item.batch.table.column("id").to_pylist()]
 
@@ -39,7 +45,7 @@ def test_epochs_are_read_as_they_come_and_the_reader_waits_caught_up_between_the
         items = reader.items()
         reader.feed(0, [_rows(0, 6), (_rows(6, 10), 2, 3)])
         first = await _take(items, lambda item: isinstance(item, Watermark) and item.timestamp_ms == 99)
-        pending = asyncio.ensure_future(items.__anext__())  # the consumer asks: the reader waits
+        pending = asyncio.ensure_future(_next(items))  # the consumer asks: the reader waits
         await asyncio.sleep(0.05)
         assert not pending.done() and reader.caught_up()
         await reader.wait_caught_up()
@@ -51,7 +57,7 @@ def test_epochs_are_read_as_they_come_and_the_reader_waits_caught_up_between_the
         assert not reader.caught_up()
         second = [await pending, *await _take(items, lambda item: isinstance(item, Watermark))]
         reader.finish()
-        assert await asyncio.wait_for(items.__anext__(), 2) is END_OF_INPUT
+        assert await asyncio.wait_for(_next(items), 2) is END_OF_INPUT
         await reader.wait_caught_up()
         return first, second, reader
 
@@ -68,7 +74,7 @@ def test_a_restored_reader_goes_on_after_the_epoch_its_state_had_read():
         reader.feed(3, [_rows(0, 5)])
         reader.feed(4, [_rows(5, 5)])
         await _take(items, lambda item: isinstance(item, Watermark) and item.timestamp_ms == 89)
-        pending = asyncio.ensure_future(items.__anext__())
+        pending = asyncio.ensure_future(_next(items))
         await reader.wait_caught_up()
         state = pickle.loads(pickle.dumps(reader.state()))
         pending.cancel()

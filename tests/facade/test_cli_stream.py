@@ -42,7 +42,18 @@ def _wait_for(out: str, count: int, run: subprocess.Popen, timeout_s: float = 15
         time.sleep(0.5)
 
 
-def test_run_streams_until_sigterm_or_actorflow_stop_and_the_same_command_resumes(tmp_path):
+@pytest.fixture
+def runs():
+    """The runs a test starts: killed at its end, should it fail while one still runs."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for run in started:
+        if run.poll() is None:
+            run.kill()
+            run.communicate(timeout=30)
+
+
+def test_run_streams_until_sigterm_or_actorflow_stop_and_the_same_command_resumes(tmp_path, runs):
     source, out, checkpoints = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "chk")
     all_files = str(tmp_path / "all")
     write_event_files(all_files, 3_000, 3)
@@ -51,6 +62,7 @@ def test_run_streams_until_sigterm_or_actorflow_stop_and_the_same_command_resume
     os.link(os.path.join(all_files, names[0]), os.path.join(source, names[0]))
 
     first = _start(source, out, checkpoints)
+    runs.append(first)
     _wait_for(out, 1_000, first)
     first.send_signal(signal.SIGTERM)
     stdout, stderr = first.communicate(timeout=120)
@@ -61,6 +73,7 @@ def test_run_streams_until_sigterm_or_actorflow_stop_and_the_same_command_resume
     for name in names[1:]:
         os.link(os.path.join(all_files, name), os.path.join(source, name))
     second = _start(source, out, checkpoints)
+    runs.append(second)
     _wait_for(out, 3_000, second)
     address = None
     while address is None:  # said on the first line of the run's standard error

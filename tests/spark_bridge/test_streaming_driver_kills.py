@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from actorflow.cluster.stream_sinks import FileSink
-from tests.spark_bridge.test_streaming_spark import BASE_US, STEP_US, write_event_files
+from tests.spark_bridge.test_streaming_spark import BASE_US, HANGS, STEP_US, write_event_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.processes]
 
@@ -32,7 +32,7 @@ def _driver(*args: str) -> subprocess.CompletedProcess:
 
 def _expected(late: list[int]) -> list[tuple]:
     """The windows' rows computed here from the events: no dead letter (every 1,009th), no late
-    click, a fallback for every 997th (see ``Enrich``)."""
+    click, a fallback for every HANGS-th (see ``Enrich``)."""
     late_set = set(late)
     windows: dict[tuple, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
     for i in range(EVENTS):
@@ -41,7 +41,7 @@ def _expected(late: list[int]) -> list[tuple]:
         ms = (BASE_US + i * STEP_US) // 1000
         start = ms // 60_000 * 60_000
         row = windows[(i % 61, start)]
-        row[0], row[1], row[2] = row[0] + 1, row[1] + i % 100, row[2] + (1 if i % 997 == 0 else 0)
+        row[0], row[1], row[2] = row[0] + 1, row[1] + i % 100, row[2] + (1 if i % HANGS == 0 else 0)
     return sorted((user, start, start + 60_000, *values) for (user, start), values in windows.items())
 
 
@@ -57,9 +57,12 @@ def _ms(value: dt.datetime) -> int:
     return int(value.timestamp() * 1000)
 
 
+@pytest.mark.timeout(900)  # six drivers, each starting Ray and Spark
 def test_driver_kills_at_each_moment_then_a_restart_give_the_exact_output(tmp_path):
     source, out, checkpoints = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "chk")
     late = write_event_files(source, EVENTS, FILES)
+    # During a micro-batch, between its checkpoint and its publish, during the publish, during a
+    # restore, and between its output published and Spark's commit.
     kills = [("fed", 1), ("checkpointed", 3), ("publishing", 5), ("restoring", 0), ("published", 7)]
     for moment, epoch in kills:
         run = _driver(source, out, checkpoints, moment, str(epoch))
