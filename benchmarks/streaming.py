@@ -5,7 +5,8 @@ Every system reads the same Parquet files with Spark's file source, one file a m
 
 (a) keyed event-time windows (tumbling 10 s, count and sum per user, 5 s out-of-orderness):
     actorflow's ``from_spark(...).key_by().window().aggregate().write_stream()`` against Spark's
-    ``withWatermark().groupBy(window(), user).agg()`` in append mode;
+    ``withWatermark().groupBy(window(), user).agg()`` in append mode, with
+    ``spark.sql.shuffle.partitions`` = P (Spark's default, 200, is about 30 times slower here);
 (b) enrichment on the skewed latency profile of ``benchmarks.enrich`` (20 ms, a slow shard of
     users at 100 ms, one record in 2,000 at 1.5 s), C = 64 requests in flight per instance, P = 2:
     actorflow's ``enrich_stream()`` against ``foreachBatch`` + ``enrich()`` per micro-batch (one job
@@ -95,6 +96,9 @@ def _windows_actorflow(spark: Any, source: str, out: str, checkpoints: str, job:
 def _windows_spark(spark: Any, source: str, out: str, checkpoints: str, job: str) -> Any:
     from pyspark.sql import functions as F
 
+    # One state partition per core of the job, as actorflow's P instances: Spark's default of 200
+    # runs 200 state-store tasks a micro-batch, which no one tuning a stream keeps.
+    spark.conf.set("spark.sql.shuffle.partitions", str(P))
     events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
     counts = (events.withWatermark("ts", f"{OUT_OF_ORDERNESS_MS // 1000} seconds")
               .groupBy(F.window("ts", f"{WINDOW_MS // 1000} seconds").alias("w"), "user")

@@ -177,7 +177,10 @@ class StreamingJob:
             type(self).fault_point("restoring", self.epoch)
             if restore is not None:  # output that checkpoint committed, which a crash kept from going out
                 self.sink.publish(self._checkpoints.output, self._instances, restore)
-            self._deploy(restore)
+            try:
+                self._deploy(restore)
+            except (_AttemptFailed, RayError) as failure:  # an actor died while the job started
+                self._recover(failure.error if isinstance(failure, _AttemptFailed) else failure)
         self._watcher = threading.Thread(target=self._watch, name=f"{self.job} watcher", daemon=True)
         self._watcher.start()
         return self
