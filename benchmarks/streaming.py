@@ -141,8 +141,10 @@ def _iso_seconds(text: str) -> float:
 
 
 def backlog(spark: Any, start: Callable[..., Any], source: str, work: str, name: str, rows: int,
-            sampler_job: str | None = None) -> dict[str, Any]:
-    """Process every file already in ``source``; rows per second from the start to the last commit."""
+            sampler_job: str | None = None, drain: bool = False) -> dict[str, Any]:
+    """Process every file already in ``source``; rows per second from the start to the last commit.
+    With ``drain`` (actorflow's enrichment), until the job has drained too: every row's output is
+    out, the requests still in flight after the last micro-batch included."""
     out, checkpoints = os.path.join(work, f"{name}-out"), os.path.join(work, f"{name}-chk")
     sampler = _actor_sampler(sampler_job) if sampler_job else None
     started = time.perf_counter()
@@ -151,6 +153,8 @@ def backlog(spark: Any, start: Callable[..., Any], source: str, work: str, name:
         sampler.__enter__()
     try:
         query.wait()
+        if drain:
+            query.handle.stop(drain=True)
         seconds = time.perf_counter() - started
     finally:
         if sampler is not None:
@@ -322,7 +326,8 @@ def main(quick: bool) -> None:
         enrichment = {
             "foreach_batch_enrich": backlog(spark, _enrich_foreach_batch, enrich_source, work, "fb-enrich", m),
             "foreach_batch_threadpool": backlog(spark, _enrich_threadpool, enrich_source, work, "fb-threads", m),
-            "actorflow": backlog(spark, _enrich_actorflow, enrich_source, work, "af-enrich", m, sampler_job="af-enrich"),
+            "actorflow": backlog(spark, _enrich_actorflow, enrich_source, work, "af-enrich", m, sampler_job="af-enrich",
+                                 drain=True),
         }
         for system, result in enrichment.items():
             print(f"  {system}: {result['rps']:,.0f} rows/s ({result['seconds']} s)", flush=True)
