@@ -35,7 +35,7 @@ def test_the_readme_windows_example_counts_per_country_and_minute_as_spark_does(
         "user_id long, country string, lifetime_value long, ts timestamp",
     ).coalesce(2)
     namespace = {"clicks": clicks, "profile": profile}
-    exec(compile(readme_example(".side_output_late_data(\"late\")"), "README", "exec"), namespace)  # noqa: S102
+    exec(compile(readme_example("late = windowed.get_side_output(\"late\")"), "README", "exec"), namespace)  # noqa: S102
 
     counts, late = namespace["counts"], namespace["late"]
     theirs = sorted(tuple(r) for r in clicks.groupBy("country", F.window("ts", "1 minute").alias("w"))
