@@ -58,7 +58,10 @@ def _ms(value: dt.datetime) -> int:
 
 
 @pytest.mark.timeout(900)  # six drivers, each starting Ray and Spark
-def test_driver_kills_at_each_moment_then_a_restart_give_the_exact_output(tmp_path):
+def test_driver_kills_at_each_moment_then_a_restart_give_the_exact_output(tmp_path, ray_session):
+    # ray_session keeps this test in the shared tier, one test at a time: its six drivers, each
+    # starting Ray and Spark, would otherwise run beside that tier's tests and upset their timing
+    # (a restart's standby workers) and their view of the local Ray clusters.
     source, out, checkpoints = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "chk")
     late = write_event_files(source, EVENTS, FILES)
     # During a micro-batch, between its checkpoint and its publish, during the publish, during a
