@@ -271,13 +271,10 @@ class StreamingJob:
 
     def _feed(self, epoch: int, pieces: list[list[Any]]) -> None:
         self._pending[epoch] = pieces
-        while True:
-            try:
-                ray.get([reader.feed_epoch.remote(epoch, pieces[i]) for i, reader in enumerate(self._attempt.readers)])
-                return
-            except RayError as error:
-                self._recover(error)  # feeds the epochs after the restored checkpoint again, this one too
-                return
+        try:
+            _feed_readers(self._attempt, epoch, pieces)
+        except RayError as error:
+            self._recover(error)  # feeds the epochs after the restored checkpoint again, this one too
 
     def _commit(self, epoch: int | None) -> tuple[int, float, float, int]:
         """A checkpoint after ``epoch``, complete, and its output published: (id, ms, ms, rows)."""
@@ -335,8 +332,7 @@ class StreamingJob:
         attempt.deploy()
         for epoch in sorted(self._pending):
             if self.epoch is None or epoch > self.epoch:
-                ray.get([reader.feed_epoch.remote(epoch, self._pending[epoch][i])
-                         for i, reader in enumerate(attempt.readers)])
+                _feed_readers(attempt, epoch, self._pending[epoch])
 
     def _attempt_error(self) -> BaseException | None:
         """The error of an attempt whose actor died or failed, or None while all run."""
@@ -427,6 +423,11 @@ class StreamingJob:
                 pass
             finally:
                 self._lock.release()
+
+
+def _feed_readers(attempt: Any, epoch: int, pieces: list[list[Any]]) -> None:
+    """Hand each reader of ``attempt`` its share of ``epoch``."""
+    ray.get([reader.feed_epoch.remote(epoch, pieces[i]) for i, reader in enumerate(attempt.readers)])
 
 
 def run_streaming(graph: JobGraph, sink: StreamSink, **options: Any) -> StreamingJob:
