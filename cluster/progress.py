@@ -139,8 +139,8 @@ class JobProgress:
         return " · ".join(part for part in (self.job, state) if part)
 
     def _describe(self) -> None:
-        if self.bar is not None:
-            self.bar.set_description(self._description(), refresh=True)
+        if self.bar is not None:  # tqdm adds the ": " (set_description would add a second one)
+            self.bar.set_description_str(self._description(), refresh=True)
 
 
 _current: contextvars.ContextVar[JobProgress | None] = contextvars.ContextVar("actorflow_job_progress", default=None)

@@ -72,6 +72,19 @@ def test_the_bar_shows_each_phase_and_a_rate_from_the_calls_start_and_closes_at_
     assert (progress.bar.n, progress.bar.total, progress.bar.start_t) == (5_000, 5_000, START_MS / 1000)
 
 
+def test_a_bar_named_before_its_total_is_known_has_one_colon_after_its_description():
+    # enrich() shows the snapshot phase before the job has its name, and before the row count.
+    clock = ManualClock(START_MS)
+    progress, out = _text_bar(clock)
+    progress.phase("snapshot")
+    progress.name("clicks")
+    progress.set_total(10)
+    progress.phase("run")
+    shown = _lines(out)
+    assert [line.split(" [")[0] for line in shown[:3]] == ["snapshot: 0rec", "snapshot: 0rec", "clicks · snapshot: 0rec"]
+    assert not any(": :" in line for line in shown), shown
+
+
 @pytest.mark.parametrize(
     "error, outcome",
     [
