@@ -45,6 +45,9 @@ class ChainSpec:
     coordinator: Any = None
     attempt: int = 0
     restore: int | None = None
+    # A streaming job's instance: its number among all the job's instances. Each checkpoint then
+    # stages the side outputs since the last one (``stage_side``), and they leave the state.
+    side_index: int | None = None
 
     def __post_init__(self) -> None:
         self.partitioning = Partitioning(self.partitioning)

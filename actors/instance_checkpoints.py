@@ -33,7 +33,10 @@ from .chain_spec import ChainSpec
 from .output import BatchingOutput, LocalSink, Outbox
 from .source_actor import BlockReader, EpochReader
 
-__all__ = ["InstanceCheckpoints", "batch_of", "instance_state", "plain_batch", "restored_state"]
+__all__ = [
+    "PACKED_SIDE", "InstanceCheckpoints", "batch_of", "instance_state", "pack_side_records", "plain_batch",
+    "restored_state", "unpack_side_records",
+]
 
 
 class InstanceCheckpoints:
@@ -91,20 +94,27 @@ class InstanceCheckpoints:
         overtaken = outbox.put_barrier(checkpoint_id)
         reader_state = self._reader_states.get(checkpoint_id)
         self.forget(up_to=checkpoint_id)
+        sides: dict[str, list[Any]] = {}
+        if self.spec.side_index is not None:  # a stream's: they leave with this epoch, as its output does
+            sides = {tag: values for tag, values in side_outputs.items() if values}
+            side_outputs.clear()
         state = instance_state(chain.snapshot_state(), task.snapshot_state(), in_front, overtaken, reader_state,
                                side_outputs)
         data = pickle.dumps(state, protocol=5)
         fault_point("snapshot")
         staged = None if local_sink is None else local_sink.staged.pop(checkpoint_id, None)
-        spawn(self._acknowledge(checkpoint_id, data, staged), f"writing checkpoint {checkpoint_id}")
+        spawn(self._acknowledge(checkpoint_id, data, staged, sides), f"writing checkpoint {checkpoint_id}")
 
-    async def _acknowledge(self, checkpoint_id: int, data: bytes, staged: Any) -> None:
+    async def _acknowledge(self, checkpoint_id: int, data: bytes, staged: Any, sides: dict[str, list[Any]]) -> None:
         spec = self.spec
         size = await asyncio.to_thread(spec.checkpoints.write_state, checkpoint_id, spec.task, data)
         if size is None:  # aborted meanwhile
             return
         if staged is not None:
             size += await staged
+        for tag, values in sides.items():
+            size += await asyncio.to_thread(spec.checkpoints.stage_side, tag, spec.side_index, checkpoint_id,
+                                            pack_side_records(values))
         self.done += 1
         spec.coordinator.acknowledge.remote(spec.attempt, checkpoint_id, spec.task, size)
 
@@ -165,6 +175,22 @@ def batch_of(plain: dict[str, Any]) -> RowBatch:
         split, piece, rows = origins
         origins = (split, piece, pa.array(rows, pa.int64()))
     return RowBatch(table_of(plain["table"]), None if timestamps is None else pa.array(timestamps, pa.int64()), origins)
+
+
+#: The one column of a staged side-output epoch: each record in its plain form, pickled.
+PACKED_SIDE = pa.schema([pa.field("record", pa.binary())])
+
+
+def pack_side_records(records: list[Any]) -> pa.Table:
+    """Side-output records to stage with a checkpoint (a streaming job's): one row each, the
+    record pickled in the plain form a checkpoint's state holds it in."""
+    return pa.table([pa.array([pickle.dumps(_plain_side_record(r), protocol=5) for r in records], pa.binary())],
+                    schema=PACKED_SIDE)
+
+
+def unpack_side_records(table: pa.Table) -> list[Any]:
+    """The records that ``pack_side_records`` staged."""
+    return [_side_record(pickle.loads(b)) for b in table.column("record").to_pylist()]
 
 
 def _plain_side_record(value: Any) -> tuple[Any, ...]:

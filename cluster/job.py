@@ -463,6 +463,8 @@ class _Attempt:
                     coordinator=self.coordinator,
                     attempt=self.number,
                     restore=self.restore,
+                    side_index=(sum(s.parallelism for s in stages[:position]) + i
+                                if source.unbounded and self.checkpoints is not None else None),
                 )
                 try:
                     actor = _remote(OperatorActor, spec.instance_name, self.placement).remote(spec)

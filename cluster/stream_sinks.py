@@ -36,7 +36,7 @@ from actorflow.operators.errors import SchemaError
 
 from .checkpoints.sink import TwoPhaseOutput, write_parquet
 
-__all__ = ["CallbackSink", "FileSink", "SPARK_METADATA"]
+__all__ = ["CallbackSink", "FileSink", "SPARK_METADATA", "side_file_sink"]
 
 SPARK_METADATA = "_spark_metadata"
 #: Spark's default ``spark.sql.streaming.fileSink.log.compactInterval``.
@@ -50,18 +50,22 @@ class FileSink:
     Spark's file-sink log.
 
     The files share one schema: ``schema``, or else the first published epoch's (a column that
-    was None in every row of it becomes string, with a warning). A later epoch whose columns
-    cannot be cast to it is a ``SchemaError`` that names them; nothing of that epoch is
-    published, and it stays committed in the job's output.
+    was None in every row of it becomes string, with a warning). A later epoch with a column the
+    schema lacks, or whose columns cannot be cast to it, is a ``SchemaError`` that names them;
+    nothing of that epoch is published, and it stays committed in the job's output, for a run
+    with a schema that fits (a column the epoch lacks is null). ``convert`` turns each epoch's table
+    into what is written (a side output's records, described: ``side_file_sink``).
     """
 
-    def __init__(self, path: str, *, schema: pa.Schema | None = None) -> None:
+    def __init__(self, path: str, *, schema: pa.Schema | None = None,
+                 convert: Callable[[pa.Table], pa.Table] | None = None) -> None:
         try:
             self.filesystem, root = pafs.FileSystem.from_uri(path)
         except (ValueError, OSError):
             self.filesystem, root = pafs.LocalFileSystem(), os.path.abspath(path)
         self.root = root.rstrip("/")
         self.schema = schema
+        self.convert = convert
         self.log = f"{self.root}/{SPARK_METADATA}"
         self.filesystem.create_dir(self.log, recursive=True)
         self._entries = self._read_log()
@@ -89,7 +93,8 @@ class FileSink:
         for epoch, instance in _committed(output, instances, up_to):
             name = f"part-{epoch:020d}-{instance:05d}.parquet"
             if name not in self._names:  # else published before a crash that kept it in the output
-                table = self._conform(output.read_epoch(instance, epoch), epoch)
+                table = output.read_epoch(instance, epoch)
+                table = self._conform(table if self.convert is None else self.convert(table), epoch)
                 path = f"{self.root}/{name}"
                 write_parquet(self.filesystem, path, table)
                 info = self.filesystem.get_file_info(path)
@@ -113,12 +118,16 @@ class FileSink:
                               f"{self.root}, so they have no type; they become string. Declare the output's types "
                               "(output_schema=) to choose them", stacklevel=4)
             self.schema = pa.schema([f.with_type(string_for_null(f.type)) for f in table.schema])
-        if table.schema.names != self.schema.names and sorted(table.schema.names) != sorted(self.schema.names):
+        extra = [name for name in table.schema.names if name not in self.schema.names]
+        if extra:
             raise SchemaError(
                 f"epoch {epoch}'s output has columns {table.schema.names}, and the files in {self.root} have "
-                f"{self.schema.names}; the output of a stream keeps its columns (declare output_schema= to fix them)")
+                f"{self.schema.names}: {extra} are new. The output of a stream keeps its columns: declare them all "
+                "(output_schema=) and start the query again with the same checkpoint location; this epoch's output "
+                "is kept until it is published")
         try:
-            return conform_table(table, self.schema)
+            # A column the schema has and the epoch lacks is null (no row of the epoch set it).
+            return conform_table(table, self.schema, fill_missing=True)
         except SchemaError as error:
             raise SchemaError(f"epoch {epoch}'s output does not fit the schema of the files in {self.root}: {error}") from error
 
@@ -166,6 +175,19 @@ class FileSink:
                 raise SchemaError(f"{batches[batch]} is not a file-sink log of version 1 (it starts {lines[:1]})")
             entries.extend(json.loads(line) for line in lines[1:] if line.strip())
         return [entry for entry in entries if entry.get("action") == "add"]
+
+
+def side_file_sink(path: str, input_schema: pa.Schema | None) -> FileSink:
+    """A ``FileSink`` for a side output of a streaming job: each record's own columns (the
+    input's types where it has them), then what happened to it (``cluster.side_records``)."""
+    from actorflow.actors.instance_checkpoints import unpack_side_records
+
+    from .side_records import side_records_table
+
+    def describe(table: pa.Table) -> pa.Table:
+        return side_records_table(unpack_side_records(table), input_schema)
+
+    return FileSink(path, convert=describe)
 
 
 class CallbackSink:

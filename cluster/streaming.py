@@ -23,9 +23,13 @@ fails the job: ``failure`` holds the error, and every later call raises it.
 ``stop()`` takes a final checkpoint and publishes its output, and the job ends there with its
 state saved: a later run on the same directory resumes from it (Flink's stop-with-savepoint).
 ``stop(drain=True)`` ends the input instead: event time runs to its end, every window fires, and
-the last output is published (Flink's ``--drain``); nothing is left to resume. Side outputs
-(dead letters, late data) stay in the job's state, checkpointed with it, until a drain hands
-them over (``side_outputs``).
+the last output is published (Flink's ``--drain``); nothing is left to resume.
+
+Side outputs (dead letters, late data) are streams too: each checkpoint stages the records that
+came since the last one, beside the output it commits, and they leave the actors' state. A side
+output with a sink of its own (``side_sinks``) is published with the output, epoch by epoch;
+one without is kept in the checkpoint directory, on disk, until a drain hands it over
+(``side_outputs``).
 
 Threading model: ``offer``, ``checkpoint`` and ``stop`` run in the caller's thread (Spark's
 ``foreachBatch`` calls come one at a time); a watcher thread recovers from a failure that comes
@@ -47,7 +51,9 @@ from ray.exceptions import RayError
 
 from actorflow.actors.naming import instance_name, validate_job_name
 from actorflow.operators.async_wait_operator import DEAD_LETTER
-from actorflow.operators.errors import ConfigurationError, JobFailedError
+from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError
+
+from actorflow.actors.instance_checkpoints import pack_side_records, unpack_side_records
 
 from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCoordinator, JobCheckpoints
 from .checkpoints.sink import TwoPhaseOutput
@@ -116,10 +122,16 @@ class StreamingJob:
         filesystem: Any = None, output_schema: pa.Schema | None = None, max_restarts: int = 20,
         restart_window_s: float = 60.0, checkpoint_timeout_ms: int = 60_000, retain: int = 3,
         actor_resources: dict[str, float] | None = None, checkpoint_interval_ms: int | None = 1_000,
+        side_sinks: dict[str, StreamSink] | None = None,
     ) -> None:
         if not graph.source.unbounded:
             raise ConfigurationError("a streaming job needs an unbounded source (from_spark of a streaming DataFrame)")
         self.graph, self.sink = graph, sink
+        self.side_tags = (DEAD_LETTER, *graph.side_tags)
+        self.side_sinks = dict(side_sinks or {})
+        unknown = sorted(set(self.side_sinks) - set(self.side_tags))
+        if unknown:
+            raise ConfigurationError(f"side outputs {unknown} have sinks, and the pipeline writes only {list(self.side_tags)}")
         self.job = validate_job_name(job_name or f"stream-{uuid.uuid4().hex[:8]}")
         self.directory = directory or default_checkpoint_directory()
         self.config = CheckpointConfig(None, self.directory, filesystem,
@@ -162,21 +174,26 @@ class StreamingJob:
                     f"job {self.job!r} in {storage.directory} was drained (stop(drain=True)): its event time ran to "
                     "its end and every window fired, so nothing can follow it; start the query with a new "
                     "checkpoint location")
+            # A driver that died may have left its actors running for a while, in a Ray cluster of
+            # its own: this run's attempts come after theirs, and the checkpoints become this run's.
+            # Its checkpoint ids, too, come after any that one of them may still be writing.
+            earlier = storage.current_attempt()
+            first_id = max(storage.checkpoint_ids(complete_only=False), default=0) + 1
             if latest is None:
                 storage.clear()
-                first_id = 1
             else:
                 storage.unmark_finished()
-                first_id = max(storage.checkpoint_ids(complete_only=False)) + 1
+            self._number = 0 if earlier is None else earlier + 1
+            storage.note_attempt(self._number)
             self._checkpoints = JobCheckpoints(storage)
             self._coordinator = _remote(CheckpointCoordinator, instance_name(self.job, COORDINATOR, 0, 1),
                                         {"num_cpus": 0}).remote(self.job, self._checkpoints, self.config, first_id)
-            restore = _restore_point(self.job, self._coordinator, 0)
+            restore = _restore_point(self.job, self._coordinator, self._number)
             self.resumed_from = restore
             self.epoch = self._epoch_of(restore)
             type(self).fault_point("restoring", self.epoch)
             if restore is not None:  # output that checkpoint committed, which a crash kept from going out
-                self.sink.publish(self._checkpoints.output, self._instances, restore)
+                self._publish(restore)
             try:
                 self._deploy(restore)
             except (_AttemptFailed, RayError) as failure:  # an actor died while the job started
@@ -257,6 +274,10 @@ class StreamingJob:
     def _instances(self) -> int:
         return self.graph.stages()[-1].parallelism
 
+    @property
+    def _all_instances(self) -> int:
+        return sum(stage.parallelism for stage in self.graph.stages())
+
     # ------------------------------------------------------------------ the work
 
     def _pieces(self, table: pa.Table) -> list[list[Any]]:
@@ -299,9 +320,28 @@ class StreamingJob:
             del self._pending[fed]
         assert self._checkpoints is not None
         type(self).fault_point("checkpointed", epoch)
-        rows = self.sink.publish(self._checkpoints.output, self._instances, checkpoint_id,
-                                 before_commit=lambda: type(self).fault_point("publishing", epoch))
+        rows = self._publish(checkpoint_id, before_commit=lambda: type(self).fault_point("publishing", epoch))
         return checkpoint_id, (checkpointed - started) * 1000, (time.perf_counter() - checkpointed) * 1000, rows
+
+    def _publish(self, up_to: int, before_commit: Callable[[], None] = lambda: None) -> int:
+        """Publish the output and the side outputs with sinks that checkpoints up to ``up_to``
+        committed; returns the output's rows. A sink that refuses (an epoch that does not fit
+        its files, the user's callback raising) fails the job: what was committed stays in the
+        checkpoint directory, and a run that starts again there publishes it."""
+        assert self._checkpoints is not None
+        output = self._checkpoints.output
+        try:
+            rows = self.sink.publish(output, self._instances, up_to, before_commit=before_commit)
+            for tag, sink in self.side_sinks.items():
+                sink.publish(output.side_output(tag), self._all_instances, up_to)
+        except Exception as error:
+            self.failure = error if isinstance(error, (SchemaError, JobFailedError)) else JobFailedError(
+                f"job {self.job!r}: publishing the output of checkpoint {up_to} failed: {type(error).__name__}: {error}")
+            self._end()
+            if self.failure is error:
+                raise
+            raise self.failure from error
+        return rows
 
     def _drain(self) -> None:
         attempt = self._attempt
@@ -314,12 +354,22 @@ class StreamingJob:
                 self._recover(failure.error if isinstance(failure, _AttemptFailed) else failure)
                 attempt = self._attempt
         everyone = [actor for actors in attempt.stage_actors for actor in actors]
-        for tag in (DEAD_LETTER, *self.graph.side_tags):
-            self.side_outputs[tag] = [v for values in ray.get([a.take_side.remote(tag) for a in everyone]) for v in values]
-        ray.get(self._coordinator.stop.remote())
         assert self._checkpoints is not None
-        self._checkpoints.output.commit(self._checkpoints.final_epoch, self._number)
-        self.sink.publish(self._checkpoints.output, self._instances, self._checkpoints.final_epoch)
+        output, final = self._checkpoints.output, self._checkpoints.final_epoch
+        staging = self._checkpoints.for_attempt(self._number)
+        for tag in self.side_tags:  # what came after the last checkpoint is the final epoch's
+            for index, values in enumerate(ray.get([a.take_side.remote(tag) for a in everyone])):
+                if values:
+                    staging.stage_side(tag, index, final, pack_side_records(values))
+        ray.get(self._coordinator.stop.remote())
+        output.commit(final, self._number)
+        self._publish(final)
+        for tag in self.side_tags:
+            if tag not in self.side_sinks:
+                side = output.side_output(tag)
+                self.side_outputs[tag] = [record for instance in range(self._all_instances)
+                                          for epoch in side.committed_epochs(instance)
+                                          for record in unpack_side_records(side.read_epoch(instance, epoch))]
         self._checkpoints.storage.mark_finished()
 
     # ------------------------------------------------------------------ failures
@@ -374,6 +424,8 @@ class StreamingJob:
                 ), error)
             self._number += 1
             self.restarts += 1
+            assert self._checkpoints is not None
+            self._checkpoints.storage.note_attempt(self._number)
             restore = _restore_point(self.job, self._coordinator, self._number)
             self.epoch = self._epoch_of(restore)
             try:

@@ -161,6 +161,7 @@ def enrich_stream(
     processing_time: str | None = None,
     checkpoint_interval_ms: int | None = 1_000,
     object_reuse: bool = True,
+    dead_letters: str | None = None,
 ) -> StreamingRun:
     """``enrich()`` for a streaming DataFrame (``spark.readStream``): start a query that enriches
     every row of every micro-batch with ``fn`` and writes the result to Parquet files under
@@ -171,8 +172,10 @@ def enrich_stream(
     the query's whole life: a slow request does not hold its micro-batch back (it is saved in
     the checkpoint and its row goes out with a later one), and the same script run again with
     the same ``checkpoint_location`` resumes where the last run stopped. With
-    ``on_error="dead_letter"``, the failed rows are kept in the job's state and handed over by
-    ``stop(drain=True)`` (``StreamingRun.dead_letters()``).
+    ``on_error="dead_letter"``, the failed rows go to Parquet files under ``dead_letters``,
+    published with each micro-batch's output, each row with why it failed; without a path they
+    are kept under ``checkpoint_location`` until ``stop(drain=True)`` hands them over. Either way,
+    ``StreamingRun.dead_letters()`` reads them.
 
     >>> query = enrich_stream(clicks, segment, "/data/enriched", checkpoint_location="/chk/enriched")  # doctest: +SKIP
     >>> query.await_termination()                                                                      # doctest: +SKIP
@@ -189,7 +192,7 @@ def enrich_stream(
         batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse)
     return stream.write_stream(path, checkpoint_location=checkpoint_location, foreach_batch=foreach_batch,
                                output_schema=schema, processing_time=processing_time,
-                               checkpoint_interval_ms=checkpoint_interval_ms)
+                               checkpoint_interval_ms=checkpoint_interval_ms, dead_letters=dead_letters)
 
 
 def _checked(fn: Any, fallback: Any, **numbers: Any) -> Callable[[dict[str, Any]], Any] | None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pyarrow as pa
 
 from actorflow.cluster.job_graph import JobGraph, SourceNode
-from actorflow.cluster.stream_sinks import CallbackSink, FileSink
+from actorflow.cluster.stream_sinks import CallbackSink, FileSink, side_file_sink
 from actorflow.cluster.streaming import EpochFigures, StreamingJob
 from actorflow.operators.async_wait_operator import DEAD_LETTER
 from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError
@@ -73,9 +73,12 @@ class StreamingRun:
     has an entry too, with the last micro-batch's epoch.
     """
 
-    def __init__(self, query: Any, job: StreamingJob, spark: Any, input_schema: pa.Schema) -> None:
+    def __init__(self, query: Any, job: StreamingJob, spark: Any, input_schema: pa.Schema,
+                 side_paths: dict[str, str] | None = None, read_failures: list[BaseException] | None = None) -> None:
         self.query, self.job = query, job
+        self._read_failures = read_failures if read_failures is not None else []
         self._spark, self._input_schema = spark, input_schema
+        self._side_paths = dict(side_paths or {})
         job.on_stop_request = self.stop  # actorflow stop JOB, from another shell
         self._stopping = threading.Lock()
 
@@ -122,8 +125,14 @@ class StreamingRun:
         """Why the query failed, or None: the job's error first (what Spark reports wraps it)."""
         if self.job.failure is not None:
             return self.job.failure
+        if self._read_failures:
+            return self._read_failures[0]
         error = self.query.exception()
-        return None if error is None else JobFailedError(f"streaming query {self.name!r} failed in Spark: {error}")
+        if error is None:
+            return None
+        failure = JobFailedError(f"streaming query {self.name!r} failed in Spark: {spark_cause(error)}")
+        failure.__cause__ = error
+        return failure
 
     def process_all_available(self) -> None:
         """Wait until Spark has handed every input available now to the job (tests, notebooks)."""
@@ -135,24 +144,36 @@ class StreamingRun:
         return self.job.checkpoint()
 
     def dead_letters(self) -> "DataFrame":
-        """After ``stop(drain=True)``: the records that failed, with their own columns and why
-        (as ``to_spark(dead_letters=True)`` gives them)."""
+        """The records that failed, with their own columns and why (as ``to_spark(dead_letters=True)``
+        gives them): those published so far from the ``dead_letters`` directory, or, without one,
+        all of them after ``stop(drain=True)``."""
         from .streams import dead_letters_to_dataframe
 
-        return dead_letters_to_dataframe(self._spark, self._side(DEAD_LETTER), self._input_schema)
+        if DEAD_LETTER in self._side_paths and self._published(DEAD_LETTER):
+            return self._spark.read.parquet(self._side_paths[DEAD_LETTER])
+        letters = [] if DEAD_LETTER in self._side_paths else self._side(DEAD_LETTER)
+        return dead_letters_to_dataframe(self._spark, letters, self._input_schema)
 
     def side_output(self, tag: str) -> "DataFrame":
-        """After ``stop(drain=True)``: the records of side output ``tag`` (a window's late data),
-        as ``SparkDataStream.get_side_output`` gives them."""
+        """The records of side output ``tag`` (a window's late data), as
+        ``SparkDataStream.get_side_output`` gives them: those published so far from its
+        directory, or, without one, all of them after ``stop(drain=True)``."""
         from .diagnostics import late_records_to_dataframe
 
-        return late_records_to_dataframe(self._spark, self._side(tag), self._input_schema)
+        if tag in self._side_paths and self._published(tag):
+            return self._spark.read.parquet(self._side_paths[tag])
+        records = [] if tag in self._side_paths else self._side(tag)  # none published yet: no schema to read
+        return late_records_to_dataframe(self._spark, records, self._input_schema)
+
+    def _published(self, tag: str) -> bool:
+        return bool(getattr(self.job.side_sinks.get(tag), "files", None))
 
     def _side(self, tag: str) -> list[Any]:
         if self.is_active or tag not in self.job.side_outputs:
             known = sorted(self.job.side_outputs)
             raise ConfigurationError(
-                f"side output {tag!r} is handed over by stop(drain=True)" + (f"; this run has {known}" if known else ""))
+                f"side output {tag!r} is handed over by stop(drain=True), or streamed to files with "
+                "write_stream(dead_letters=..., side_outputs={tag: path})" + (f"; this run has {known}" if known else ""))
         return self.job.side_outputs[tag]
 
     def stop(self, drain: bool = False) -> None:
@@ -169,7 +190,8 @@ def write_stream(
     foreach_batch: Callable[[Any, int], Any] | None = None, output_schema: pa.Schema | None = None,
     processing_time: str | None = None, max_restarts: int = 20, restart_window_s: float = 60.0,
     checkpoint_timeout_ms: int = 60_000, actor_resources: dict[str, float] | None = None,
-    checkpoint_interval_ms: int | None = 1_000,
+    checkpoint_interval_ms: int | None = 1_000, dead_letters: str | None = None,
+    side_outputs: dict[str, str] | None = None,
 ) -> StreamingRun:
     """Start the query: see ``SparkDataStream.write_stream``."""
     from .arrow_io import tables_to_dataframe
@@ -194,14 +216,30 @@ def write_stream(
     else:
         assert path is not None
         sink = FileSink(path, schema=output_schema)
+    input_schema = graph.source.schema
+    side_paths = _side_paths(graph, path, dead_letters, side_outputs)
     job = StreamingJob(graph, sink, job_name=job_name, directory=f"{location}/actorflow", output_schema=output_schema,
                        max_restarts=max_restarts, restart_window_s=restart_window_s,
                        checkpoint_timeout_ms=checkpoint_timeout_ms, actor_resources=actor_resources,
-                       checkpoint_interval_ms=checkpoint_interval_ms).start()
-    input_schema = graph.source.schema
+                       checkpoint_interval_ms=checkpoint_interval_ms,
+                       side_sinks={tag: side_file_sink(p, input_schema) for tag, p in side_paths.items()}).start()
+
+    read_failures: list[BaseException] = []
 
     def each(batch: "DataFrame", batch_id: int) -> None:
-        table = _collect(batch, input_schema)
+        try:
+            table = _collect(batch, input_schema)
+        except Exception as error:
+            # Nothing of the micro-batch went in: the job stops with a final checkpoint, and Spark,
+            # which did not commit the batch, gives it again to the next run on this location.
+            failure = JobFailedError(
+                f"micro-batch {batch_id} of query {job_name!r} could not be read: {spark_cause(error)}. Nothing of it "
+                "went into the job, which stopped with a final checkpoint; run the same query again with the same "
+                "checkpoint_location to read it again")
+            failure.__cause__ = error
+            read_failures.append(failure)
+            job.stop()
+            raise
         job.offer(batch_id, table)
 
     writer = source_df.writeStream.foreachBatch(each).option("checkpointLocation", f"{location}/spark").queryName(job_name)
@@ -212,7 +250,50 @@ def write_stream(
     except Exception:
         job.stop()
         raise
-    return StreamingRun(query, job, spark, input_schema)
+    return StreamingRun(query, job, spark, input_schema, side_paths, read_failures)
+
+
+def spark_cause(error: BaseException) -> str:
+    """The cause that Spark's error for a failed micro-batch names first, in one line: its
+    text is a Python traceback around a Java one, some 250 lines.
+
+    >>> spark_cause(RuntimeError("Traceback...\\nCaused by: org.apache.spark.SparkException: Job aborted: "
+    ...     "org.apache.spark.SparkException: Parquet column cannot be converted. Column: [amount]\\n\\tat x"))
+    'Parquet column cannot be converted. Column: [amount]'
+    """
+    lines = [line.strip() for line in str(error).replace("\\n", "\n").splitlines() if line.strip()]
+    causes = [line[len("Caused by: "):] for line in lines if line.startswith("Caused by: ")]
+    first = causes[0] if causes else (lines[0] if lines else type(error).__name__)
+    return re.split(r"\b[\w.$]+(?:Exception|Error): ", first)[-1].strip()
+
+
+def _side_paths(graph: JobGraph, path: str | None, dead_letters: str | None,
+                side_outputs: dict[str, str] | None) -> dict[str, str]:
+    """Each side output's Parquet directory, by tag: checked, and none of them another's or the output's."""
+    paths = dict(side_outputs or {})
+    if not isinstance(paths, dict) or not all(isinstance(t, str) and isinstance(p, str) and p for t, p in paths.items()):
+        raise ConfigurationError(f"side_outputs= maps a side output's tag to a directory, got {side_outputs!r}")
+    if dead_letters is not None:
+        if not isinstance(dead_letters, str) or not dead_letters:
+            raise ConfigurationError(f"dead_letters= is a directory, got {dead_letters!r}")
+        paths[DEAD_LETTER] = dead_letters
+    known = (DEAD_LETTER, *graph.side_tags)
+    unknown = sorted(set(paths) - set(known))
+    if unknown:
+        raise ConfigurationError(f"side_outputs= names {unknown}, and this pipeline's side outputs are {list(known)}")
+    taken = {} if path is None else {_normal(path): "the output"}
+    for tag, where in paths.items():
+        other = taken.setdefault(_normal(where), f"side output {tag!r}")
+        if other != f"side output {tag!r}":
+            raise ConfigurationError(f"side output {tag!r} and {other} would share the directory {where!r}; "
+                                     "each stream needs a directory of its own")
+    return paths
+
+
+def _normal(path: str) -> str:
+    import os
+
+    return path.rstrip("/") if "://" in path else os.path.abspath(path)
 
 
 def _collect(batch: "DataFrame", schema: pa.Schema | None) -> pa.Table:

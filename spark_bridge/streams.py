@@ -23,10 +23,11 @@ from actorflow.cluster.progress import current_progress, reports_progress
 from actorflow.cluster.warm_workers import prestart_task_workers, prestart_workers
 from actorflow.operators.async_wait_operator import DEAD_LETTER, DeadLetter
 from actorflow.actors.arrow_rows import has_null_type, string_for_null, unify_output_schemas
+from actorflow.cluster.side_records import DEAD_LETTER_FIELDS, dead_letters_table
 from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError, describe_value
 
 from .arrow_io import dataframe_to_blocks, release_dataframe, tables_to_dataframe
-from .diagnostics import diagnosed_dataframe, diagnostic_names, late_records_to_dataframe
+from .diagnostics import diagnostic_names, late_records_to_dataframe
 from .interrupts import interruptible
 from .session import check_dataframe, ensure_ray
 from .spark_cluster import active_cluster, write_input
@@ -40,14 +41,6 @@ __all__ = ["SparkDataStream", "from_spark", "last_job", "to_arrow_schema"]
 # The result of the job that finished last in this process, for last_job().
 _last_job: JobResult | None = None
 
-#: Columns of a dead-letter DataFrame, after the record's own columns. A record column of the
-#: same name keeps its name; the dead-letter column then becomes ``dead_letter_<name>``.
-DEAD_LETTER_FIELDS = [
-    pa.field("error_type", pa.string()),
-    pa.field("error", pa.string()),
-    pa.field("attempts", pa.int64()),
-    pa.field("operator", pa.string()),
-]
 
 
 def to_arrow_schema(schema: Any) -> pa.Schema:
@@ -87,6 +80,7 @@ class SparkDataStream(DataStream):
         self, path: str | None = None, *, checkpoint_location: str, foreach_batch: Callable[[Any, int], Any] | None = None,
         output_schema: Any = None, processing_time: str | None = None, max_restarts: int = 20,
         restart_window_s: float = 60.0, checkpoint_timeout_ms: int = 60_000, checkpoint_interval_ms: int | None = 1_000,
+        dead_letters: str | None = None, side_outputs: dict[str, str] | None = None,
     ) -> StreamingRun:
         """Start the pipeline on a streaming DataFrame (``from_spark(spark.readStream...)``): one job
         for the query's whole life, returning a ``StreamingRun`` (Spark's ``StreamingQuery``).
@@ -105,6 +99,12 @@ class SparkDataStream(DataStream):
         micro-batch comes reaches the output within ``idleness_ms`` (when an idle input is what
         closes it) plus ``checkpoint_interval_ms`` plus the checkpoint's own time. An actor that dies
         restarts the job from its latest checkpoint within ``max_restarts`` per ``restart_window_s``.
+
+        Dead letters and side outputs (a window's late data) are streams too: ``dead_letters``
+        and ``side_outputs`` (``{tag: path}``) write them as Parquet files in the same way,
+        published with each micro-batch's output, each record with its own columns and what
+        happened to it. One without a path is kept under ``checkpoint_location`` until
+        ``stop(drain=True)``. ``StreamingRun.dead_letters()`` and ``side_output(tag)`` read them.
         """
         if self._streaming_df is None:
             raise ConfigurationError("write_stream() runs a stream of a streaming DataFrame (spark.readStream); "
@@ -116,7 +116,8 @@ class SparkDataStream(DataStream):
                             processing_time=processing_time, max_restarts=max_restarts,
                             restart_window_s=restart_window_s, checkpoint_timeout_ms=checkpoint_timeout_ms,
                             actor_resources=cluster.actor_resources if cluster is not None else None,
-                            checkpoint_interval_ms=checkpoint_interval_ms)
+                            checkpoint_interval_ms=checkpoint_interval_ms, dead_letters=dead_letters,
+                            side_outputs=side_outputs)
 
     def _run(self, **options: Any) -> JobResult:
         try:
@@ -347,14 +348,8 @@ def _with_null_rows(letters: "DataFrame", rows: "DataFrame", column: str) -> "Da
 
 def dead_letters_to_dataframe(spark: "SparkSession", letters: list[DeadLetter], input_schema: pa.Schema) -> "DataFrame":
     """The failed records with their own columns and types, then why each failed."""
-    said: dict[str, list[Any]] = {
-        "error_type": [letter.error_type for letter in letters],
-        "error": [letter.error for letter in letters],
-        "attempts": [letter.attempts for letter in letters],
-        "operator": [letter.operator for letter in letters],
-    }
-    return diagnosed_dataframe(spark, [letter.value for letter in letters], input_schema, DEAD_LETTER_FIELDS, said,
-                               prefix="dead_letter_", always=False)
+    table = dead_letters_table(letters, input_schema)
+    return tables_to_dataframe(spark, [table], table.schema)
 
 
 def from_spark(

@@ -145,6 +145,11 @@ class JobCheckpoints:
     def stage(self, instance: int, epoch: int, table: pa.Table | None) -> int:
         return self.output.stage(instance, epoch, table, self.attempt)
 
+    def stage_side(self, tag: str, instance: int, epoch: int, table: pa.Table | None) -> int:
+        """Stage side output ``tag``'s records of ``epoch`` (a streaming job's ``instance``, counted
+        over the whole job); committed and discarded with the output."""
+        return self.output.side_output(tag).stage(instance, epoch, table, self.attempt)
+
 
 _metrics: dict[str, Any] = {}
 
@@ -247,6 +252,10 @@ class CheckpointCoordinator:
                 return  # an earlier attempt's, or an aborted checkpoint's
             self._acks[task] = size_bytes
             if set(self._acks) != self._tasks:
+                return
+            current = await asyncio.to_thread(self.storage.current_attempt)
+            if current is not None and current != attempt:  # a newer driver took the job over
+                await self._abort_pending(f"attempt {current} of the job runs now, from another driver")
                 return
             await asyncio.to_thread(pending.complete, {**self._extra, "attempt": attempt})
             await asyncio.to_thread(self.checkpoints.output.commit, checkpoint_id, attempt)

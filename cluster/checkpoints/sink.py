@@ -15,6 +15,8 @@ Layout, next to the checkpoints (``<root>/<job>/``)::
 
     output/<instance>/<epoch>.a<attempt>.arrow.staged    phase one: written, not yet output
     output/<instance>/<epoch>.arrow                      committed
+    output/side/<tag>/<instance>/...                     a streaming job's side output ``tag``,
+                                                         by instance of the whole job, the same way
 
 A checkpoint that completes commits every epoch its attempt staged up to it: an epoch whose own
 checkpoint was aborted (it timed out) is still output, as nothing was rolled back. A staged file
@@ -54,10 +56,13 @@ _FILE = re.compile(r"^(\d+)(?:\.a(\d+)\.arrow\.staged|\.arrow)$")
 class TwoPhaseOutput:
     """The output of the job that ``storage`` belongs to, by last-stage instance and epoch."""
 
-    def __init__(self, storage: CheckpointStorage) -> None:
+    def __init__(self, storage: CheckpointStorage, side: str | None = None) -> None:
         self.storage = storage
         self.filesystem = storage.filesystem
-        self.directory = f"{storage.directory}/output"
+        self.side = side
+        # A side output's epochs lie under the output's directory, so that a commit or a discard
+        # of the output covers them too.
+        self.directory = f"{storage.directory}/output" + ("" if side is None else f"/side/{_side_dir(side)}")
 
     def __repr__(self) -> str:
         return f"TwoPhaseOutput({self.filesystem.type_name}:{self.directory})"
@@ -154,6 +159,10 @@ class TwoPhaseOutput:
         if self.filesystem.get_file_info(self.directory).type == pafs.FileType.Directory:
             self.filesystem.delete_dir(self.directory)
 
+    def side_output(self, tag: str) -> "TwoPhaseOutput":
+        """The epochs of side output ``tag`` (a streaming job's), by instance of the whole job."""
+        return TwoPhaseOutput(self.storage, tag)
+
     def _instance_dir(self, instance: int) -> str:
         return f"{self.directory}/{instance:05d}"
 
@@ -161,6 +170,17 @@ class TwoPhaseOutput:
         directory = self.directory if instance is None else self._instance_dir(instance)
         selector = pafs.FileSelector(directory, recursive=instance is None, allow_not_found=True)
         return [i for i in self.filesystem.get_file_info(selector) if i.type == pafs.FileType.File]
+
+
+def _side_dir(tag: str) -> str:
+    """A side output's directory name: its tag, with what a path cannot hold escaped.
+
+    >>> _side_dir("late data/1")
+    'late%20data%2F1'
+    """
+    from urllib.parse import quote
+
+    return quote(tag, safe="")
 
 
 def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:

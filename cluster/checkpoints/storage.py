@@ -10,6 +10,9 @@ Layout, under the storage's root::
                                       task's name percent-encoded ("enrich[0/2]" -> "enrich[0%2F2]")
     <job>/chk-<id>/_metadata          JSON, written last: the checkpoint is complete iff it exists
     <job>/_finished                   JSON: the run that wrote the checkpoints ended well
+    <job>/_attempt                    JSON: the newest attempt of a streaming job, which alone may
+                                      complete a checkpoint (a driver that died leaves its actors
+                                      behind for a while: they are an older attempt)
 
 Every file is written under a temporary name and moved into place, so a reader never sees half a
 file, and a checkpoint whose writer died before ``_metadata`` is incomplete: ``latest()`` skips
@@ -52,6 +55,7 @@ __all__ = ["CheckpointError", "CheckpointStorage", "CompletedCheckpoint", "Pendi
 
 _METADATA = "_metadata"
 _FINISHED = "_finished"
+_ATTEMPT = "_attempt"
 _CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 _DELETE_TRIES = 5  # for an incomplete checkpoint's directory, which a late writer may refill
 
@@ -166,6 +170,20 @@ class CheckpointStorage:
         """Note that the run writing these checkpoints ended well (its output is delivered)."""
         record = {"finished_at_ms": int(time.time() * 1000), "latest": self.checkpoint_ids()[-1:] or None}
         self._write_atomically(f"{self.directory}/{_FINISHED}", json.dumps(record).encode())
+
+    def note_attempt(self, attempt: int) -> None:
+        """From now on only ``attempt`` writes these checkpoints: an older attempt's coordinator
+        completes none (``current_attempt``), even one still running in a cluster whose driver died."""
+        record = {"attempt": attempt, "at_ms": int(time.time() * 1000)}
+        self._write_atomically(f"{self.directory}/{_ATTEMPT}", json.dumps(record).encode())
+
+    def current_attempt(self) -> int | None:
+        """The attempt ``note_attempt`` noted last; None where none was (a bounded job's)."""
+        try:
+            with self.filesystem.open_input_stream(f"{self.directory}/{_ATTEMPT}") as stream:
+                return int(json.loads(stream.read())["attempt"])
+        except FileNotFoundError:
+            return None
 
     def unmark_finished(self) -> None:
         """A run starts from these checkpoints: until it ends well, they are an unfinished run's."""

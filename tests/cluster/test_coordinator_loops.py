@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 import ray
@@ -77,4 +78,34 @@ def test_a_trigger_or_a_timeout_that_raises_is_logged_with_its_cause_and_the_loo
     finally:
         ray.get(coordinator.stop.remote())
         ray.kill(coordinator)
+        ray.kill(reader)
+
+
+def test_a_coordinator_of_an_older_attempt_completes_no_checkpoint_once_a_newer_one_took_the_job_over(
+        ray_session, tmp_path):
+    # A streaming driver killed with SIGKILL leaves its Ray cluster, coordinator and actors running
+    # for a while. The driver started again notes a newer attempt before anything else: a
+    # checkpoint the old coordinator then sees acknowledged in full is aborted, and the output its
+    # attempt staged is never committed.
+    storage = CheckpointStorage(str(tmp_path), job="fenced")
+    checkpoints = JobCheckpoints(storage)
+    storage.note_attempt(4)
+    old = ray.remote(CheckpointCoordinator).remote("fenced", checkpoints, CheckpointConfig(None), 1)
+    reader = _Reader.remote()
+    try:
+        ray.get(old.configure.remote(4, ["source[0/1]"], [reader], []))
+        for attempt in (4, 5):  # before and after the newer driver takes the job over
+            checkpoint_id = ray.get(old.trigger.remote({"epoch": attempt}))
+            checkpoints.for_attempt(4).stage(0, checkpoint_id, pa.table({"x": [attempt]}))
+            if attempt == 5:
+                storage.note_attempt(5)
+            ray.get(old.acknowledge.remote(4, checkpoint_id, "source[0/1]", 10))
+            outcome = ray.get(old.outcome.remote(checkpoint_id, 5.0))
+            assert outcome == ("completed" if attempt == 4 else "aborted"), attempt
+        assert storage.checkpoint_ids() == [1] and storage.current_attempt() == 5
+        assert checkpoints.output.committed_epochs(0) == [1]  # checkpoint 2's staged output stays out
+        aborted = ray.get(old.figures.remote())["aborted"]
+        assert [(i, "attempt 5 of the job runs now, from another driver" in why) for i, why in aborted] == [(2, True)]
+    finally:
+        ray.kill(old)
         ray.kill(reader)

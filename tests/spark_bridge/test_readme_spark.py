@@ -84,7 +84,8 @@ def _click_files(directory, files: int, per_file: int) -> None:
 
 
 def _in(tmp_path, code: str) -> str:
-    for name in ("/data/clicks", "/data/enriched", "/data/counts", "/chk/enriched", "/chk/counts"):
+    for name in ("/data/clicks", "/data/enriched", "/data/counts", "/data/counts-failed", "/data/counts-late",
+                 "/chk/enriched", "/chk/counts"):
         code = code.replace(f'"{name}"', repr(str(tmp_path) + name))
     return code
 
@@ -109,6 +110,9 @@ def test_the_readme_stream_examples_enrich_a_stream_and_count_its_windows(spark,
     exec(compile(_in(tmp_path, readme_example(".write_stream(\"/data/counts\"")), "README", "exec"), namespace)  # noqa: S102
     counts = namespace["counts"]
     assert not counts.is_active and counts.last_progress["epoch"] == 0
+    # Its dead letters and late clicks are streams of their own, with Spark's file-sink log (none failed).
+    assert all((tmp_path / "data" / name / "_spark_metadata").is_dir() for name in ("counts-failed", "counts-late"))
+    assert counts.dead_letters().count() == 0
     # Stopped with a final checkpoint: the minutes the watermark closed are out, each exact.
     published = spark.read.parquet(str(tmp_path / "data" / "counts")).collect()
     assert published

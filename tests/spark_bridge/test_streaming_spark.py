@@ -14,10 +14,11 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import ray
 from pyspark.sql import DataFrame
 
 import actorflow as af
-from actorflow.operators.errors import ConfigurationError
+from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError
 from actorflow.operators.windows import (
     Aggregations,
     Count,
@@ -27,6 +28,7 @@ from actorflow.operators.windows import (
     TumblingEventTimeWindows,
 )
 from actorflow.spark_bridge import from_spark
+from tests.waiting import poll
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
 
@@ -216,6 +218,115 @@ def test_stop_then_resume_from_the_final_checkpoint_equals_an_uninterrupted_run(
         start(all_files, "uninterrupted")
     assert _rows(spark.read.parquet(str(tmp_path / "out-resumed"))) == _rows(
         spark.read.parquet(str(tmp_path / "out-uninterrupted")))
+
+
+def test_dead_letters_and_late_data_are_streams_published_with_each_micro_batch_exactly_once(spark, tmp_path):
+    directory, n = str(tmp_path / "in"), 30_000
+    late = write_event_files(directory, n, 6)
+    failed = list(range(0, n, 1_009))
+    letters, late_dir = str(tmp_path / "dead"), str(tmp_path / "late")
+
+    def start(**sides):
+        events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
+        stream = _pipeline(from_spark(events, timestamp_column="ts", out_of_orderness_ms=OUT_OF_ORDERNESS_MS,
+                                      parallelism=2), WINDOWS["tumbling"])
+        return stream.write_stream(str(tmp_path / "out"), checkpoint_location=str(tmp_path / "chk"), **sides)
+
+    # Each stream has a directory of its own, and names a side output the pipeline writes.
+    with pytest.raises(ConfigurationError, match=r"names \['nope'\], and this pipeline's side outputs are \['dead_letter', 'late'\]"):
+        start(side_outputs={"nope": late_dir})
+    with pytest.raises(ConfigurationError, match="side output 'dead_letter' and the output would share the directory"):
+        start(dead_letters=str(tmp_path / "out"))
+
+    query = start(dead_letters=letters, side_outputs={"late": late_dir})
+    query.process_all_available()
+    # While the query runs, the failed rows come out with the checkpoints after their last retry,
+    # each with why it failed, and they are no longer in the actors' state.
+    poll(lambda: len(query.checkpoint() and query.dead_letters().collect()) == len(failed), timeout_s=60)
+    running = query.dead_letters().collect()
+    assert sorted(r.id for r in running) == failed
+    assert {(r.error_type, r.attempts) for r in running} == {("LookupError", 3)}  # FixedDelay(3, 10)
+    assert {r.operator for r in running} <= {"chk/async_map[0/2]", "chk/async_map[1/2]"}
+    actors = [a for stage in query.job._attempt.stage_actors for a in stage]
+    assert not any(ray.get([a.take_side.remote(tag) for a in actors for tag in ("dead_letter", "late")]))
+    assert sorted(r.id for r in query.side_output("late").collect()) == [i for i in late if i % 1_009]
+    query.stop()  # a savepoint: the next run goes on from it
+
+    again = start(dead_letters=letters, side_outputs={"late": late_dir})
+    assert again.job.resumed_from is not None
+    again.process_all_available()
+    again.stop(drain=True)
+    assert again.job.side_outputs == {}  # each side output went to its files, none waits in the job
+    # Read by Spark as any file sink's output: every record once, across the stop and the resume.
+    dead = spark.read.parquet(letters)
+    assert sorted(r.id for r in dead.collect()) == failed
+    assert {"id", "user", "amount", "ts", "error_type", "error", "attempts", "operator"} <= set(dead.columns)
+    late_rows = spark.read.parquet(late_dir).collect()
+    assert sorted(r.id for r in late_rows) == [i for i in late if i % 1_009]
+    assert {r.late_reason for r in late_rows} == {"past_allowed_lateness"} and all(r.late_windows for r in late_rows)
+
+
+def _ids_in(spark, out: str) -> list[int]:
+    return sorted(r.id for r in spark.read.parquet(out).select("id").collect())
+
+
+def test_a_file_of_another_schema_in_the_middle_of_the_stream_fails_the_query_saying_so_and_loses_nothing(spark, tmp_path):
+    directory, out, chk = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "chk")
+    write_event_files(directory, 6_000, 3)
+    third = os.path.join(directory, sorted(os.listdir(directory))[2])
+    good = pq.read_table(third)
+    pq.write_table(good.set_column(2, "amount", good.column("amount").cast(pa.string())), third)  # amount: a string
+    os.utime(third, (1_700_000_002, 1_700_000_002))
+
+    async def tag(row):
+        return [{"id": row["id"], "ts": row["ts"], "amount": row["amount"]}]
+
+    def start():
+        events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
+        return from_spark(events, timestamp_column="ts").async_map(tag).write_stream(out, checkpoint_location=chk)
+
+    query = start()
+    with pytest.raises(JobFailedError) as failed:
+        query.await_termination(timeout=120)
+    said = str(failed.value)
+    assert "amount" in said and os.path.basename(third) in said and len(said.splitlines()) < 10, said
+    assert query.exception() is not None and not query.is_active
+    query.stop()
+    assert _ids_in(spark, out) == list(range(4_000))  # the first two files are out, once
+    # The file mended, the same script goes on with the micro-batch that failed.
+    pq.write_table(good, third)
+    os.utime(third, (1_700_000_002, 1_700_000_002))
+    again = start()
+    again.process_all_available()
+    again.stop()
+    assert _ids_in(spark, out) == list(range(6_000))
+
+
+def test_output_that_gains_a_column_mid_stream_fails_naming_it_and_a_declared_schema_then_publishes_it(spark, tmp_path):
+    directory, out, chk = str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "chk")
+    write_event_files(directory, 6_000, 3)
+
+    async def grow(row):  # from the third file on, the function adds a column
+        extra = {"note": f"n{row['id']}"} if row["id"] >= 4_000 else {}
+        return [{"id": row["id"], "ts": row["ts"], **extra}]
+
+    def start(**options):
+        events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
+        return from_spark(events, timestamp_column="ts").async_map(grow).write_stream(
+            out, checkpoint_location=chk, **options)
+
+    query = start()
+    with pytest.raises(SchemaError, match=r"epoch \d+'s output has columns \['id', 'ts', 'note'\].* \['note'\] are new"):
+        query.await_termination(timeout=120)
+    query.stop()
+    assert _ids_in(spark, out) == list(range(4_000))
+    # Declared, the column is null where the function did not set it; the epoch kept is published.
+    again = start(output_schema="id long, ts timestamp, note string")
+    again.process_all_available()
+    again.stop()
+    rows = spark.read.option("mergeSchema", True).parquet(out).select("id", "note").collect()
+    assert sorted(r.id for r in rows) == list(range(6_000))
+    assert all(r.note == (f"n{r.id}" if r.id >= 4_000 else None) for r in rows)
 
 
 def test_a_socket_source_is_refused_saying_why(spark):
