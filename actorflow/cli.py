@@ -57,8 +57,10 @@ def main() -> None:
               "(a path or pyarrow.fs URI); with checkpoints, only what the job's checkpoints committed")
 @click.option("--overwrite", is_flag=True, help="with --checkpoint-dir: delete the checkpoints of an earlier run of the "
               "job that did not finish, and start afresh")
+@click.option("--side-outputs", default=None, metavar="DIR", help="a streaming pipeline's dead letters and side outputs "
+              "(late data) as Parquet streams, each under DIR/<tag>")
 def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | None, interval: str,
-        resume_from: str | None, output: str | None, overwrite: bool) -> None:
+        resume_from: str | None, output: str | None, overwrite: bool, side_outputs: str | None) -> None:
     """Run the pipeline MODULE:PIPELINE (a DataStream, or a function that returns one) to its end.
 
     Ctrl-C stops it, and names its last complete checkpoint and the command that resumes from it.
@@ -80,8 +82,11 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
     from actorflow.spark_bridge.streams import SparkDataStream
 
     if getattr(stream, "_streaming_df", None) is not None:
-        _run_stream(target, stream, output, checkpoint_dir, resume_from, interval)
+        _run_stream(target, stream, output, checkpoint_dir, resume_from, interval, side_outputs)
         return
+    if side_outputs is not None:
+        raise _Usage("--side-outputs goes with a streaming pipeline; a bounded one's dead letters and side outputs "
+                     "are in its result (to_spark(dead_letters=True), get_side_output)")
     if output is not None:
         _check_output(output)
 
@@ -121,7 +126,7 @@ def run(target: str, address: str | None, progress: bool, checkpoint_dir: str | 
 
 
 def _run_stream(target: str, stream: Any, output: str | None, checkpoint_dir: str | None, resume_from: str | None,
-                interval: str) -> None:
+                interval: str, side_outputs: str | None) -> None:
     """A pipeline of a streaming DataFrame: its query runs until Ctrl-C, SIGTERM or ``actorflow
     stop JOB``, then stops with a final checkpoint; the same command run again resumes from it."""
     import signal
@@ -129,8 +134,10 @@ def _run_stream(target: str, stream: Any, output: str | None, checkpoint_dir: st
     if output is None or checkpoint_dir is None or resume_from is not None:
         raise _Usage(f"{target} reads a streaming DataFrame: run it with --output PATH (its Parquet files) and "
                      "--checkpoint-dir DIR (its checkpoint location; the same command run again resumes from it)")
+    sides = {} if side_outputs is None else {
+        tag: f"{side_outputs.rstrip('/')}/{tag}" for tag in ("dead_letter", *stream.graph.side_tags)}
     query = stream.write_stream(output, checkpoint_location=checkpoint_dir,
-                                checkpoint_interval_ms=max(10, int(_duration_s(interval) * 1000)))
+                                checkpoint_interval_ms=max(10, int(_duration_s(interval) * 1000)), side_outputs=sides)
     import ray
 
     click.echo(f"{target}: streaming job {query.name!r} runs on the Ray cluster at "
@@ -153,8 +160,9 @@ def _run_stream(target: str, stream: Any, output: str | None, checkpoint_dir: st
     query.stop()
     last = query.last_progress
     epoch = "" if last is None else f" after epoch {last['epoch']}"
+    beside = "" if side_outputs is None else f", dead letters and side outputs in {side_outputs}"
     click.echo(f"stopped: job {query.name!r} stopped{epoch} with a final checkpoint in {checkpoint_dir}; "
-               f"output in {output}. Run the same command to resume.")
+               f"output in {output}{beside}. Run the same command to resume.")
 
 
 @main.command()

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from actorflow.cluster.stream_sinks import FileSink
+from tests.facade.stream_pipeline import FAILS
 from tests.spark_bridge.test_streaming_spark import write_event_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray, pytest.mark.processes]
@@ -25,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _start(source: str, out: str, checkpoints: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "actorflow", "run", "tests.facade.stream_pipeline:pipeline", "--output", out,
-         "--checkpoint-dir", checkpoints, "--checkpoint-interval", "500ms"],
+         "--checkpoint-dir", checkpoints, "--checkpoint-interval", "500ms", "--side-outputs", f"{out}-sides"],
         cwd=ROOT, env={**os.environ, "ACTORFLOW_TEST_STREAM_INPUT": source}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
 
@@ -63,18 +64,18 @@ def test_run_streams_until_sigterm_or_actorflow_stop_and_the_same_command_resume
 
     first = _start(source, out, checkpoints)
     runs.append(first)
-    _wait_for(out, 1_000, first)
+    _wait_for(out, 998, first)  # the first file's 1,000 clicks, but 7 and 507
     first.send_signal(signal.SIGTERM)
     stdout, stderr = first.communicate(timeout=120)
     assert first.returncode == 0, stderr[-3000:]
     assert re.search(r"stopped: job 'cli-stream' stopped after epoch 0 with a final checkpoint in .*chk; output in "
-                     r".*out\. Run the same command to resume\.", stdout), stdout
+                     r".*out, dead letters and side outputs in .*out-sides\. Run the same command to resume\.", stdout), stdout
 
     for name in names[1:]:
         os.link(os.path.join(all_files, name), os.path.join(source, name))
     second = _start(source, out, checkpoints)
     runs.append(second)
-    _wait_for(out, 3_000, second)
+    _wait_for(out, 2_994, second)
     address = None
     while address is None:  # said on the first line of the run's standard error
         line = second.stderr.readline()
@@ -94,4 +95,10 @@ def test_run_streams_until_sigterm_or_actorflow_stop_and_the_same_command_resume
     assert second.returncode == 0, stderr[-3000:]
     # The two files that came while it was stopped are one micro-batch: epoch 1.
     assert "stopped: job 'cli-stream' stopped after epoch 1 with a final checkpoint" in stdout, stdout
-    assert _ids(out) == list(range(3_000))
+    failed = [i for i in range(3_000) if i % FAILS == 7]
+    assert _ids(out) == [i for i in range(3_000) if i not in failed]
+    # The dead letters are a stream of their own, published with the output: each once, with why.
+    letters = f"{out}-sides/dead_letter"
+    assert _ids(letters) == failed
+    assert {r["error_type"] for name in FileSink(letters).files
+            for r in pq.read_table(os.path.join(letters, name)).to_pylist()} == {"LookupError"}
