@@ -23,15 +23,19 @@ Figures:
   committed: by actorflow's checkpoint and publish, by Spark's file sink;
 - ``checkpoint_ms`` p50: actorflow's checkpoint after each micro-batch;
 - the job's actors' peak RSS, sampled over the backlog run;
-- chaos: the windows backlog again while actors are killed every 2 s; its output compared with
-  the calm run's (``lost``, ``duplicated``, ``unexpected``).
+- chaos: the windows backlog again while actors are killed every 2 s; then again in drivers of
+  their own (``benchmarks.stream_driver``), each killed with SIGKILL at a moment and micro-batch
+  drawn at random (``DRIVER_MOMENTS``: during a micro-batch, between its checkpoint and its
+  publish, during the publish, before Spark's commit, during a restore), each followed by the
+  same command on the same checkpoint location, until one runs to the end. Each output is
+  compared with the calm run's (``lost``, ``duplicated``, ``unexpected``).
 
 Targets: windows ``rps`` >= 1.5 x Spark's and p99 latency <= Spark's; enrichment >= 2 x
-``foreachBatch`` + ``enrich()``; exact under kills. Driver kills are tested, not benchmarked
-(``tests/spark_bridge/test_streaming_driver_kills.py``): ``driver_kills`` counts none here.
+``foreachBatch`` + ``enrich()``; exact under actor and driver kills.
 
     python -m benchmarks.streaming --quick      # a few minutes
     python -m benchmarks.streaming             # larger backlogs and a longer live run
+    python -m benchmarks.streaming --soak      # then 30 minutes of files, an actor killed every minute
 """
 
 from __future__ import annotations
@@ -253,6 +257,143 @@ def _enrich_threadpool(spark: Any, source: str, out: str, checkpoints: str, job:
 # -- checks ------------------------------------------------------------------------------------------
 
 
+def soak_run(spark: Any, work: str, minutes: float, rows: int, every_s: float, kill_every_s: float = 60.0) -> dict[str, Any]:
+    """The windows query for ``minutes`` while a file of ``rows`` events comes every ``every_s``
+    and an actor is killed every ``kill_every_s``. Every 5 s: the actors' summed RSS, the object
+    store's use and the checkpoint directory's size. Ends with the output against the whole input."""
+    import re
+
+    import psutil
+    import ray
+    from ray._private.internal_api import memory_summary
+
+    from actorflow.cluster.chaos import ChaosMonkey
+
+    source, out, checkpoints = (os.path.join(work, f"soak-{part}") for part in ("in", "out", "chk"))
+    os.makedirs(source)
+    address = ray.get_runtime_context().gcs_address
+    files = int(minutes * 60 / every_s)
+    stop = threading.Event()
+    writer = threading.Thread(target=_write_until, args=(source, files, rows, every_s, stop), daemon=True)
+    samples: list[dict[str, float]] = []
+    print(f"soak: {minutes:g} min, a file of {rows:,} events every {every_s} s, an actor killed every "
+          f"{kill_every_s:g} s", flush=True)
+    query = _windows_actorflow(spark, source, out, checkpoints, "af-soak")
+    started = time.monotonic()
+    with ChaosMonkey("af-soak", every_s=kill_every_s, max_kills=10_000, first_after_s=kill_every_s, seed=17) as monkey:
+        writer.start()
+        while time.monotonic() - started < minutes * 60:
+            time.sleep(5.0)
+            rss = sum(_rss(p) for p in psutil.process_iter(["cmdline"])
+                      if (p.info["cmdline"] or [""])[0].startswith(("ray::OperatorActor", "ray::CheckpointCoordinator")))
+            plasma = re.search(r"Plasma memory usage (\d+) MiB, (\d+) objects", memory_summary(address=address, stats_only=True))
+            samples.append({"t_s": round(time.monotonic() - started, 1), "actor_rss_mib": round(rss / 2**20, 1),
+                            "object_store_mib": float(plasma.group(1)) if plasma else -1.0,
+                            "object_store_objects": float(plasma.group(2)) if plasma else -1.0,
+                            "checkpoint_dir_mib": round(_tree_bytes(checkpoints) / 2**20, 2)})
+            if len(samples) % 12 == 0:
+                print(f"  {samples[-1]}", flush=True)
+        stop.set()
+        writer.join()
+        query.process_all_available()
+    query.stop()
+    written = len([n for n in os.listdir(source) if n.endswith(".parquet")])
+    found, duplicated = _window_rows(spark, out)
+    fired = {(user, round(start.timestamp() * 1000)): value for (user, start), value in found.items()}
+    expected = _windows_of(written, rows)
+    # Every window the final watermark passed must be out, each with its count and sum.
+    closed_before = (BASE_US // 1000 + (written * rows - 1) * 10) - OUT_OF_ORDERNESS_MS
+    lost = sum(1 for (user, start) in expected if start + WINDOW_MS - 1 <= closed_before and (user, start) not in fired)
+    unexpected = sum(1 for key, value in fired.items() if expected.get(key) != value)
+    print(f"  soak: {len(monkey.kills)} kills, {len(fired):,} windows out: lost {lost}, duplicated {duplicated}, "
+          f"unexpected {unexpected}", flush=True)
+    first = [s["actor_rss_mib"] for s in samples if s["t_s"] <= 300] or [samples[0]["actor_rss_mib"]]
+    peak = max(s["actor_rss_mib"] for s in samples)
+    return {"minutes": minutes, "files": written, "actor_kills": len(monkey.kills), "samples": samples,
+            "soak_rss_ratio": round(peak / max(first), 3), "actor_peak_rss_mib": peak,
+            "first_5_min_peak_rss_mib": max(first),
+            "checkpoint_dir_mib_max": max(s["checkpoint_dir_mib"] for s in samples),
+            "checkpoint_dir_mib_last": samples[-1]["checkpoint_dir_mib"],
+            "object_store_mib_max": max(s["object_store_mib"] for s in samples),
+            "object_store_mib_last": samples[-1]["object_store_mib"],
+            "lost": lost, "duplicated": duplicated, "unexpected": unexpected, "windows_out": len(fired)}
+
+
+def _windows_of(files: int, rows: int) -> dict[tuple, tuple]:
+    """(user, window start in ms) -> (count, sum of amount) of the events of ``files`` files."""
+    ids = np.arange(files * rows)
+    starts = (BASE_US // 1000 + ids * 10) // WINDOW_MS * WINDOW_MS
+    windows: dict[tuple, list[int]] = {}
+    for i, user, start in zip(ids.tolist(), (ids % 997).tolist(), starts.tolist()):
+        entry = windows.setdefault((user, start), [0, 0])
+        entry[0] += 1
+        entry[1] += i % 100
+    return {key: tuple(v) for key, v in windows.items()}
+
+
+def _write_until(source: str, files: int, rows: int, every_s: float, stop: threading.Event) -> None:
+    for k in range(files):
+        if stop.is_set():
+            return
+        write_files(source, 1, rows, first_file=k)
+        stop.wait(every_s)
+
+
+def _rss(process: Any) -> int:
+    try:
+        return int(process.memory_info().rss)
+    except Exception:  # noqa: BLE001 - a process that ended between listing and reading
+        return 0
+
+
+def _tree_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, names in os.walk(path) for f in names
+               if os.path.exists(os.path.join(d, f)))
+
+
+def driver_kills(spark: Any, source: str, work: str, calm: dict[tuple, tuple], *, kills: int, epochs: int,
+                 seed: int = 11) -> dict[str, Any]:
+    """The windows backlog in drivers of their own, ``kills`` of them killed with SIGKILL at a
+    moment and epoch drawn at random, then one run to the end; its output against ``calm``."""
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    from actorflow.cluster.streaming import DRIVER_MOMENTS
+
+    rng = random.Random(seed)
+    out, checkpoints = os.path.join(work, "driver-kills-out"), os.path.join(work, "driver-kills-chk")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done: list[str] = []
+    runs_s: list[float] = []
+    print(f"driver kills: {kills} drivers killed with SIGKILL at random moments, then one to the end", flush=True)
+    while True:
+        args = [source, out, checkpoints]
+        if len(done) < kills:
+            moment = rng.choice(DRIVER_MOMENTS)
+            args += [moment, str(0 if moment == "restoring" else rng.randrange(epochs))]
+        started = time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "benchmarks.stream_driver", *args], cwd=root,
+                             capture_output=True, text=True, timeout=600)
+        runs_s.append(round(time.perf_counter() - started, 1))
+        if run.returncode == -signal.SIGKILL:
+            done.append(f"{args[3]}@{args[4]}")
+            print(f"  killed at {args[3]} of epoch >= {args[4]} after {runs_s[-1]} s", flush=True)
+            continue
+        if run.returncode != 0:
+            raise RuntimeError(f"a driver failed: exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}")
+        if len(args) > 3:  # every file was done before that moment came: this run was the last
+            print(f"  reached the end before {args[3]} of epoch {args[4]}", flush=True)
+        break
+    survived, duplicated = _window_rows(spark, out)
+    lost = sum(1 for key in calm if key not in survived)
+    unexpected = sum(1 for key, value in survived.items() if calm.get(key) != value)
+    print(f"  driver kills {len(done)}: lost {lost}, duplicated {duplicated}, unexpected {unexpected}; "
+          f"last run {run.stdout.strip().splitlines()[-1]}", flush=True)
+    return {"kills": done, "runs_s": runs_s, "lost": lost, "duplicated": duplicated, "unexpected": unexpected}
+
+
 def _window_rows(spark: Any, out: str) -> tuple[dict[tuple, tuple], int]:
     """(user, window start) -> (count, sum) of each window the output holds, and how many rows
     repeat a window already there."""
@@ -274,7 +415,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 @click.command()
 @click.option("--quick", is_flag=True, help="a few minutes: smaller backlogs and a short live run")
-def main(quick: bool) -> None:
+@click.option("--soak", is_flag=True, help="then the windows query for --soak-minutes with an actor killed every minute")
+@click.option("--soak-minutes", default=30.0, show_default=True, help="how long --soak runs")
+def main(quick: bool, soak: bool, soak_minutes: float) -> None:
     import ray
 
     import actorflow as af
@@ -318,6 +461,9 @@ def main(quick: bool) -> None:
         lost = sum(1 for key in ours if key not in survived)
         unexpected = sum(1 for key, value in survived.items() if ours.get(key) != value)
         print(f"  kills {len(monkey.kills)}: lost {lost}, duplicated {duplicated}, unexpected {unexpected}", flush=True)
+        drivers = driver_kills(spark, source, work, ours, kills=3 if quick else 6, epochs=files)
+        lost, duplicated, unexpected = (lost + drivers["lost"], duplicated + drivers["duplicated"],
+                                        unexpected + drivers["unexpected"])
 
         enrich_source = os.path.join(work, "enrich-events")
         write_files(enrich_source, enrich_files, enrich_rows)
@@ -334,6 +480,10 @@ def main(quick: bool) -> None:
         enriched = spark.read.parquet(enrichment["actorflow"]["out"]).select("id", "result").collect()
         if len(enriched) != m or any(r.result != r.id * 31 + 7 for r in enriched):
             raise RuntimeError(f"actorflow's enriched output is wrong: {len(enriched)} rows of {m}")
+        soaked = soak_run(spark, work, soak_minutes, rows=2_000, every_s=1.0) if soak else None
+        if soaked is not None:
+            lost, duplicated, unexpected = (lost + soaked["lost"], duplicated + soaked["duplicated"],
+                                            unexpected + soaked["unexpected"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
         ray.shutdown()
@@ -352,7 +502,11 @@ def main(quick: bool) -> None:
         "enrich_skewed_vs_foreach_batch": _ratio(enrichment["actorflow"]["rps"], enrichment["foreach_batch_enrich"]["rps"]),
         "enrich_skewed_vs_threadpool": _ratio(enrichment["actorflow"]["rps"], enrichment["foreach_batch_threadpool"]["rps"]),
         "lost": lost, "duplicated": duplicated, "unexpected": unexpected,
-        "actor_kills": len(monkey.kills), "driver_kills": 0,
+        "actor_kills": len(monkey.kills) + (soaked["actor_kills"] if soaked else 0), "driver_kills": len(drivers["kills"]), "driver_kill_moments": drivers["kills"],
+        "driver_kill_runs_s": drivers["runs_s"],
+        "soak_rss_ratio": None if soaked is None else soaked["soak_rss_ratio"],
+        "soak": None if soaked is None else {k: v for k, v in soaked.items() if k != "samples"},
+        "soak_samples": None if soaked is None else soaked["samples"][::6],  # one a half-minute
         "targets": TARGETS,
     }
     print(json.dumps(summary))

@@ -37,7 +37,7 @@ from actorflow.operators.errors import ConfigurationError
 
 from .checkpoints.coordinator import COORDINATOR
 
-__all__ = ["MOMENTS", "ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor", "live_instances"]
+__all__ = ["MOMENTS", "ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor", "kill_driver_at", "live_instances"]
 
 NAMESPACE = "actorflow"
 
@@ -414,3 +414,22 @@ class _ChaosNotices(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
+
+
+def kill_driver_at(moment: str, epoch: int) -> None:
+    """End this driver with SIGKILL the first time its streaming job reaches ``moment`` (one of
+    ``cluster.streaming.DRIVER_MOMENTS``) at an epoch at or after ``epoch``, as a crash would: no
+    clean-up at all. Says so on standard output first (``dying at <moment> of epoch <n>``)."""
+    import signal
+
+    from .streaming import DRIVER_MOMENTS, StreamingJob
+
+    if moment not in DRIVER_MOMENTS:
+        raise ConfigurationError(f"moment must be one of {list(DRIVER_MOMENTS)}, got {moment!r}")
+
+    def die(reached: str, at: int | None) -> None:
+        if reached == moment and (at if at is not None else -1) >= epoch:
+            print(f"dying at {moment} of epoch {at}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    StreamingJob.fault_point = staticmethod(die)

@@ -10,11 +10,9 @@ Without, it processes what the directory holds, drains the job, and prints one J
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 
-from actorflow.cluster.streaming import StreamingJob
+from actorflow.cluster.chaos import kill_driver_at
 from actorflow.spark_bridge import from_spark, spark_session
 from tests.spark_bridge.test_streaming_spark import OUT_OF_ORDERNESS_MS, SCHEMA, _pipeline
 from actorflow.operators.windows import TumblingEventTimeWindows
@@ -23,14 +21,7 @@ from actorflow.operators.windows import TumblingEventTimeWindows
 def main() -> None:
     source, out, checkpoints = sys.argv[1:4]
     if len(sys.argv) > 4:
-        moment, at = sys.argv[4], int(sys.argv[5])
-
-        def die(reached: str, epoch: int | None) -> None:
-            if reached == moment and (epoch if epoch is not None else -1) >= at:
-                print(f"dying at {moment} of epoch {epoch}", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        StreamingJob.fault_point = staticmethod(die)
+        kill_driver_at(sys.argv[4], int(sys.argv[5]))
     spark = spark_session()
     events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
     stream = from_spark(events, timestamp_column="ts", out_of_orderness_ms=OUT_OF_ORDERNESS_MS, parallelism=2,
