@@ -353,7 +353,7 @@ def _tree_bytes(path: str) -> int:
 
 
 def driver_kills(spark: Any, source: str, work: str, calm: dict[tuple, tuple], *, kills: int, epochs: int,
-                 seed: int = 11) -> dict[str, Any]:
+                 seed: int) -> dict[str, Any]:
     """The windows backlog in drivers of their own, ``kills`` of them killed with SIGKILL at a
     moment and epoch drawn at random, then one run to the end; its output against ``calm``."""
     import random
@@ -368,7 +368,8 @@ def driver_kills(spark: Any, source: str, work: str, calm: dict[tuple, tuple], *
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done: list[str] = []
     runs_s: list[float] = []
-    print(f"driver kills: {kills} drivers killed with SIGKILL at random moments, then one to the end", flush=True)
+    print(f"driver kills: {kills} drivers killed with SIGKILL at random moments (--seed {seed}), then one to the end",
+          flush=True)
     while True:
         args = [source, out, checkpoints]
         if len(done) < kills:
@@ -392,7 +393,8 @@ def driver_kills(spark: Any, source: str, work: str, calm: dict[tuple, tuple], *
     unexpected = sum(1 for key, value in survived.items() if calm.get(key) != value)
     print(f"  driver kills {len(done)}: lost {lost}, duplicated {duplicated}, unexpected {unexpected}; "
           f"last run {run.stdout.strip().splitlines()[-1]}", flush=True)
-    return {"kills": done, "runs_s": runs_s, "lost": lost, "duplicated": duplicated, "unexpected": unexpected}
+    return {"kills": done, "runs_s": runs_s, "lost": lost, "duplicated": duplicated, "unexpected": unexpected,
+            "seed": seed}
 
 
 def _window_rows(spark: Any, out: str) -> tuple[dict[tuple, tuple], int]:
@@ -418,7 +420,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 @click.option("--quick", is_flag=True, help="a few minutes: smaller backlogs and a short live run")
 @click.option("--soak", is_flag=True, help="then the windows query for --soak-minutes with an actor killed every minute")
 @click.option("--soak-minutes", default=30.0, show_default=True, help="how long --soak runs")
-def main(quick: bool, soak: bool, soak_minutes: float) -> None:
+@click.option("--seed", type=int, default=None, help="the draw of the driver kills (by default, a new one each run)")
+def main(quick: bool, soak: bool, soak_minutes: float, seed: int | None) -> None:
     import ray
 
     import actorflow as af
@@ -463,7 +466,8 @@ def main(quick: bool, soak: bool, soak_minutes: float) -> None:
         lost = sum(1 for key in ours if key not in survived)
         unexpected = sum(1 for key, value in survived.items() if ours.get(key) != value)
         print(f"  kills {len(monkey.kills)}: lost {lost}, duplicated {duplicated}, unexpected {unexpected}", flush=True)
-        drivers = driver_kills(spark, source, work, ours, kills=3 if quick else 6, epochs=files)
+        drivers = driver_kills(spark, source, work, ours, kills=3 if quick else 6, epochs=files,
+                               seed=seed if seed is not None else int(time.time()))
         lost, duplicated, unexpected = (lost + drivers["lost"], duplicated + drivers["duplicated"],
                                         unexpected + drivers["unexpected"])
 
@@ -506,7 +510,7 @@ def main(quick: bool, soak: bool, soak_minutes: float) -> None:
         "enrich_skewed_vs_threadpool": _ratio(enrichment["actorflow"]["rps"], enrichment["foreach_batch_threadpool"]["rps"]),
         "lost": lost, "duplicated": duplicated, "unexpected": unexpected,
         "actor_kills": len(monkey.kills) + (soaked["actor_kills"] if soaked else 0), "driver_kills": len(drivers["kills"]), "driver_kill_moments": drivers["kills"],
-        "driver_kill_runs_s": drivers["runs_s"],
+        "driver_kill_runs_s": drivers["runs_s"], "driver_kill_seed": drivers["seed"],
         "soak_rss_ratio": None if soaked is None else soaked["soak_rss_ratio"],
         "soak": None if soaked is None else {k: v for k, v in soaked.items() if k != "samples"},
         "soak_samples": None if soaked is None else soaked["samples"][::6],  # one a half-minute
