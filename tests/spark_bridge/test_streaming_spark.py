@@ -329,6 +329,26 @@ def test_output_that_gains_a_column_mid_stream_fails_naming_it_and_a_declared_sc
     assert all(r.note == (f"n{r.id}" if r.id >= 4_000 else None) for r in rows)
 
 
+def test_a_rate_micro_batch_source_streams_through_the_job_every_row_once(spark, tmp_path):
+    # Spark's own replayable test source: 500 rows a micro-batch, a second of event time apart.
+    events = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 500).option("numPartitions", 2)
+              .option("startTimestamp", BASE_US // 1000).option("advanceMillisPerBatch", 1_000).load())
+
+    async def tag(row):
+        return [{"value": row["value"], "timestamp": row["timestamp"], "tag": f"v{row['value']}"}]
+
+    out = str(tmp_path / "out")
+    query = from_spark(events, timestamp_column="timestamp").async_map(tag, ordered=False).write_stream(
+        out, checkpoint_location=str(tmp_path / "chk"), processing_time="200 milliseconds")
+    poll(lambda: len([p for p in query.recent_progress if not p["between_epochs"]]) >= 4, timeout_s=60)
+    query.stop(drain=True)
+    offered = [p for p in query.recent_progress if not p["between_epochs"]]
+    assert [p["epoch"] for p in offered] == list(range(len(offered))) and all(p["rows_in"] == 500 for p in offered)
+    rows = spark.read.parquet(out).collect()
+    assert sorted(r.value for r in rows) == list(range(500 * len(offered)))
+    assert all(r.tag == f"v{r.value}" for r in rows)
+
+
 def test_a_socket_source_is_refused_saying_why(spark):
     lines = spark.readStream.format("socket").option("host", "127.0.0.1").option("port", 9).load()
     with pytest.raises(ConfigurationError, match="replayable streaming source .* socket source keeps no offsets"):
