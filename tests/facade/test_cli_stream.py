@@ -84,7 +84,8 @@ def test_run_streams_until_sigterm_or_actorflow_stop_and_the_same_command_resume
         address = found.group(1) if found else None
     status = subprocess.run([sys.executable, "-m", "actorflow", "status", "--address", address], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
-    assert re.search(r"cli-stream/async_map\[0/1\]\s+ALIVE\s+\d+\s+\d+", status.stdout), status.stdout
+    # The second run is the job's attempt 1: a killed run's actors, had it been killed, would be attempt 0's.
+    assert re.search(r"cli-stream/async_map\[0/1\]@1\s+ALIVE\s+\d+\s+\d+", status.stdout), status.stdout
     assert re.search(r"job cli-stream: streaming, epoch 1 \(checkpoint \d+\), 2,000 rows in, \d[\d,]* out, published "
                      r"[\d.]+ s ago; latency \d+ ms, checkpoint \d+ ms", status.stdout), status.stdout
     stop = subprocess.run([sys.executable, "-m", "actorflow", "stop", "cli-stream", "--address", address], cwd=ROOT,
