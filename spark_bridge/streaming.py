@@ -17,6 +17,7 @@ stopped, and a micro-batch that Spark runs again after a crash is not applied tw
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -291,8 +292,6 @@ def _side_paths(graph: JobGraph, path: str | None, dead_letters: str | None,
 
 
 def _normal(path: str) -> str:
-    import os
-
     return path.rstrip("/") if "://" in path else os.path.abspath(path)
 
 
