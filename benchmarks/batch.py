@@ -31,7 +31,6 @@ Little's law: 2 x 4 x 256 records per (20 + 256 x 0.05) ms.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from typing import Any
@@ -48,6 +47,7 @@ from benchmarks.baselines import (
     _summarize_input,
     make_events,
 )
+from benchmarks.report import emit
 
 P = 2
 BATCH_SIZE = 256
@@ -230,7 +230,7 @@ def main(quick: bool, n_override: int | None) -> None:
         "call_phase_rps": {k: v["call_phase_records_per_s"] for k, v in results.items()},
         "stage_seconds": {k: v["stage_seconds"] for k, v in results.items()},
     }
-    print(json.dumps(summary))
+    emit("batch", summary)
 
 
 if __name__ == "__main__":

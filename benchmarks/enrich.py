@@ -43,7 +43,6 @@ and no timed run should pay for its place in the order. A DataFrame run's fixed 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
@@ -67,6 +66,7 @@ from benchmarks.baselines import (
     spark_threadpool,
 )
 from benchmarks.profiles import LatencyProfile, get_profile
+from benchmarks.report import emit
 
 P = 2
 #: In the ordered_queued runs: queue slots per request slot (requests in flight stay at C).
@@ -346,7 +346,7 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
             {k: v for k, v in r.items() if not isinstance(v, dict) or k == "ratios"} for r in results
         ],
     }
-    print(json.dumps(summary))
+    emit("enrich", summary)
 
 
 def _print_row(row: dict[str, Any]) -> None:

@@ -13,7 +13,6 @@ harness adds. Each figure is the best of three runs. The last line printed is on
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Callable
 
@@ -21,6 +20,7 @@ import click
 
 from actorflow.operators import MapOperator, OperatorHarness, Record, async_wait
 from actorflow.operators.windows import Count, TumblingEventTimeWindows, WindowOperator
+from benchmarks.report import emit
 
 
 async def _echo(value: Any) -> list[Any]:
@@ -77,7 +77,7 @@ def main(quick: bool) -> None:
             figures[f"{name}_harness_vs_bare"] = round(harness_rps / bare_rps, 3)
             line += f", {bare_rps:,.0f} bare ({harness_rps / bare_rps:.2f} x)"
         print(line, flush=True)
-    print(json.dumps(figures))
+    emit("harness", figures)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import tempfile
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 import click
 import pyarrow as pa
+from benchmarks.report import emit
 
 P = 2
 USERS = 2_000
@@ -132,7 +132,7 @@ def main(quick: bool, kills: int, every_s: float | None, interval_ms: int, seed:
         "clean_checkpointed_run_exact": clean.exact,
     }
     ray.shutdown()
-    print(json.dumps(summary))
+    emit("recovery", summary)
 
 
 if __name__ == "__main__":

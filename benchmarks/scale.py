@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import os
 import sys
 import time
@@ -60,6 +59,7 @@ import click
 import ray
 
 from benchmarks.baselines import _materialize, _RssSampler, make_events
+from benchmarks.report import emit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -488,7 +488,7 @@ def main(quick: bool, sizes_text: str | None) -> None:
         # JSON keys are strings; bytes stay whole numbers (digits=None).
         return {str(n): round(results[n][system][key], digits) for n in sizes}
 
-    print(json.dumps({
+    emit("scale", {
         "sizes": list(sizes),
         "parallelism": P,
         "capacity": CAPACITY,
@@ -514,7 +514,7 @@ def main(quick: bool, sizes_text: str | None) -> None:
         "per_record_ratio_to_end": round(cpu_ratio_to_end, 3),
         "targets": {"actor_peak_rss_ratio_max": _TARGET_RSS_RATIO, "pinned_after_unpersist_bytes": 0,
                     "per_record_ratio_max": _TARGET_CPU_RATIO},
-    }))
+    })
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ JSON object with rows/s, the hand-off's seconds beyond that baseline, and the ra
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import deque
@@ -28,6 +27,7 @@ import pyarrow as pa
 import ray
 
 from actorflow.actors.arrow_rows import ipc_bytes
+from benchmarks.report import emit
 
 NAMESPACE = "actorflow-benchmarks"
 ECHO = "spark-handoff-echo"
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
 
     best = {name: min(times) for name, times in seconds.items()}
     extra = {name: max(best[name] - best["spark_alone"], 1e-9) for name in ("parquet", "map_in_arrow")}
-    print(json.dumps({
+    emit("spark_handoff", {
         "rows": rows,
         "partitions": args.partitions,
         "spark_alone_rps": round(rows / best["spark_alone"]),
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         "map_in_arrow_vs_parquet": round(best["parquet"] / best["map_in_arrow"], 3),
         "seconds": {name: [round(t, 3) for t in times] for name, times in seconds.items()},
         "parquet_stage_s": {k: round(v, 3) for k, v in min(parquet_stages, key=lambda d: sum(d.values())).items()},
-    }))
+    })
 
 
 if __name__ == "__main__":

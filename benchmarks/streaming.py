@@ -40,7 +40,6 @@ Targets: windows ``rps`` >= 1.5 x Spark's and p99 latency <= Spark's; enrichment
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -55,6 +54,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.profiles import get_profile
+from benchmarks.report import emit
 
 P, C = 2, 64
 BASE_US = 1_760_000_000_000_000
@@ -516,7 +516,7 @@ def main(quick: bool, soak: bool, soak_minutes: float, seed: int | None) -> None
         "soak_samples": None if soaked is None else soaked["samples"][::6],  # one a half-minute
         "targets": TARGETS,
     }
-    print(json.dumps(summary))
+    emit("streaming", summary)
 
 
 if __name__ == "__main__":

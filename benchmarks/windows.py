@@ -33,7 +33,6 @@ ran at 0.74-0.84 x its rate at 262,144 here). The last line printed is one JSON 
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -43,6 +42,7 @@ import pandas as pd
 import pyarrow as pa
 
 from benchmarks.baselines import _RssSampler, _wait_for_idle_cpus
+from benchmarks.report import emit
 
 P = 2
 KEYS = 1_000
@@ -242,7 +242,7 @@ def main(quick: bool, n_override: int | None) -> None:
         figures["per_record_vs_stage"] = _ratio(figures["actorflow_per_record_rps"], figures["actorflow_stage_rps"])
         figures["sessions_vs_spark"] = _ratio(figures["sessions_actorflow_rps"], figures["sessions_spark_rps"])
         figures["peak_rss_mb"] = round(rss.peak_mb)
-        print(json.dumps(figures))
+        emit("windows", figures)
     finally:
         stop_spark()
 
