@@ -46,12 +46,16 @@ _ENTRY_POINTS = {
     "on_spark_cluster": "actorflow.spark_bridge.spark_cluster",
     "from_arrow": "actorflow.cluster.datastream",
     "DataStream": "actorflow.cluster.datastream",
+    "SparkDataStream": "actorflow.spark_bridge.streams",
+    "StreamingRun": "actorflow.spark_bridge.streaming",
     "JobResult": "actorflow.cluster.job",
     "AsyncFunction": "actorflow.operators.async_function",
     "ResultFuture": "actorflow.operators.async_function",
     "AsyncBatchFunction": "actorflow.operators.async_batch_function",
+    "arrow_batch": "actorflow.operators.arrow_batch",
     "DeadLetter": "actorflow.operators.async_wait_operator",
     "current_request_key": "actorflow.operators.request_keys",
+    "current_request_keys": "actorflow.operators.request_keys",
     "ActorflowError": "actorflow.operators.errors",
 }
 _NAMESPACES = ("errors", "retry", "testing", "windows")
@@ -62,15 +66,17 @@ if TYPE_CHECKING:
     from . import errors, retry, testing, windows
     from .cluster.datastream import DataStream, from_arrow
     from .cluster.job import JobResult
+    from .operators.arrow_batch import arrow_batch
     from .operators.async_batch_function import AsyncBatchFunction
     from .operators.async_function import AsyncFunction, ResultFuture
     from .operators.async_wait_operator import DeadLetter
     from .operators.errors import ActorflowError
-    from .operators.request_keys import current_request_key
+    from .operators.request_keys import current_request_key, current_request_keys
     from .spark_bridge.enrich import enrich, enrich_async, enrich_stream
     from .spark_bridge.session import ensure_ray, spark_session, stop_spark
     from .spark_bridge.spark_cluster import on_spark_cluster
-    from .spark_bridge.streams import from_spark, last_job
+    from .spark_bridge.streaming import StreamingRun
+    from .spark_bridge.streams import SparkDataStream, from_spark, last_job
 
 
 def __getattr__(name: str) -> Any:
