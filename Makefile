@@ -8,10 +8,22 @@ RUN    := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY)
 FAST   := -m "not ray and not spark and not processes"
 FAST_LIMIT_S ?= 60
 
-.PHONY: demo test test-fast check bench clean check-java
+.PHONY: demo test test-fast check bench clean check-java check-chromium docs
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "error: 'java' was not found on PATH; Spark on Ray needs a JDK 17 (for example: apt-get install openjdk-17-jdk-headless)"; exit 1; }
+
+# The docs' browser test drives Debian's Chromium through its ChromeDriver (selenium); installed here
+# where missing, as root, or named with the command that installs it.
+check-chromium:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium and chromium-driver for the docs' browser test"; \
+	    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; } || exit 1; \
+	  else \
+	    echo "error: the docs' browser test needs chromium and chromedriver on PATH (Debian: sudo apt-get install chromium chromium-driver)"; exit 1; \
+	  fi; }
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,8 +38,9 @@ demo: check-java $(STAMP)
 # that share one Ray and one Spark session (one at a time) and, in a pytest of their own, those that
 # start their own processes and share neither (they mostly wait: see `beside` in tests/conftest.py).
 # Every part runs, and any failing fails; the second pytest's output follows the first's. With ARGS
-# naming some tests, a part that holds none of them (pytest's exit 5) is no failure.
-test: check-java $(STAMP)
+# naming some tests, a part that holds none of them (pytest's exit 5) is no failure. The docs site's
+# strict build and its browser test are tests of the third part (tests/docs_site/test_site.py).
+test: check-java check-chromium $(STAMP)
 	@pure=0; shared=0; beside=0; log=$$(mktemp); trap 'kill $$pid 2>/dev/null; rm -f $$log' EXIT INT TERM; \
 	env $(RUN) -m pytest $(FAST) -n auto -q $(ARGS) || pure=$$?; \
 	env $(RUN) -m pytest -m beside -p no:cacheprovider $(ARGS) >$$log 2>&1 & pid=$$!; \
@@ -47,7 +60,11 @@ test-fast: $(STAMP)
 # Types and lint, outside pytest.
 check: $(STAMP)
 	$(RUN) -m tests.typecheck
-	$(VENV)/bin/ruff check actorflow operators actors cluster spark_bridge tests benchmarks examples
+	$(VENV)/bin/ruff check actorflow operators actors cluster spark_bridge tests benchmarks examples docs
+
+# The docs site, in strict mode: a warning, a broken link or a missing reference fails it.
+docs: $(STAMP)
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: check-java $(STAMP)
 	$(RUN) -m benchmarks.enrich

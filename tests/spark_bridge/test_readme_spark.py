@@ -1,5 +1,5 @@
-"""The README's windows and pipeline examples run as written, on DataFrames from Spark: the windows give
-Spark's own counts, and the pipeline every row it should, enriched."""
+"""The README's examples run as written, on DataFrames from Spark: the enrichment asks a real service on
+127.0.0.1 for every row, the windows give Spark's own counts, and the stream every row once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from tests.readme import readme_example
+from tests.docs import in_folder, readme_example
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
 
@@ -18,6 +18,23 @@ BASE_S = 1_760_000_000
 async def profile(row):
     # The README's first example asks a service; here the answer comes from the row.
     return {"segment": "gold" if row["user_id"] % 3 == 0 else "silver"}
+
+
+def test_the_readme_enrich_example_asks_a_real_service_for_every_row(spark, tmp_path):
+    from examples.enrich_service import EnrichmentService, user_profile
+
+    _click_files(str(tmp_path / "data" / "clicks"), 2, 150)
+    with EnrichmentService(latency_ms_median=2.0, failure_rate=0.05, hang_rate=0.0) as service:
+        code = in_folder(readme_example("enriched, dead = af.enrich("), tmp_path).replace("http://profiles", service.url)
+        namespace: dict = {}
+        exec(compile(code, "README", "exec"), namespace)  # noqa: S102
+        enriched, dead = namespace["enriched"], namespace["dead"]
+        rows = enriched.collect()
+        answered = service.stats()
+    # Every click once, with its user's segment: the 503s were retried, none ran out of attempts here.
+    assert sorted((r.click_id, r.segment) for r in rows) == [(i, user_profile(i % 7)["segment"]) for i in range(300)]
+    assert dead.count() == 0
+    assert answered["by_status"].get(503, 0) > 0
 
 
 def test_the_readme_windows_example_counts_per_country_and_minute_as_spark_does(spark):
@@ -49,24 +66,6 @@ def test_the_readme_windows_example_counts_per_country_and_minute_as_spark_does(
     assert late.columns[len(clicks.schema):] == ["late_reason", "late_windows", "late_watermark_ms"]
 
 
-def test_the_readme_pipeline_example_filters_maps_and_enriches_rows_from_spark(spark):
-    events = spark.createDataFrame(
-        [(i, ["DE", "FR"][i % 2], dt.datetime.fromtimestamp(BASE_S + i * 600, dt.timezone.utc)) for i in range(40)],
-        "id long, country string, ts timestamp",
-    )
-
-    async def lookup(row):
-        return [{**row, "looked_up": row["id"] * 10}]
-
-    namespace = {"events": events, "lookup": lookup}
-    exec(compile(readme_example(".filter(lambda row: row[\"country\"] == \"DE\")"), "README", "exec"), namespace)  # noqa: S102
-
-    out = namespace["out"]
-    expected = sorted((i, dt.datetime.fromtimestamp(BASE_S + i * 600, dt.timezone.utc).hour, i * 10)
-                      for i in range(0, 40, 2))
-    assert sorted((r.id, r.hour, r.looked_up) for r in out.collect()) == expected
-
-
 def _click_files(directory, files: int, per_file: int) -> None:
     import os
 
@@ -84,13 +83,10 @@ def _click_files(directory, files: int, per_file: int) -> None:
 
 
 def _in(tmp_path, code: str) -> str:
-    for name in ("/data/clicks", "/data/enriched", "/data/counts", "/data/counts-failed", "/data/counts-late",
-                 "/chk/enriched", "/chk/counts"):
-        code = code.replace(f'"{name}"', repr(str(tmp_path) + name))
-    return code
+    return in_folder(code, tmp_path)
 
 
-def test_the_readme_stream_examples_enrich_a_stream_and_count_its_windows(spark, tmp_path):
+def test_the_readme_stream_example_enriches_a_stream(spark, tmp_path):
     import actorflow as af
 
     _click_files(str(tmp_path / "data" / "clicks"), 3, 300)
@@ -102,22 +98,3 @@ def test_the_readme_stream_examples_enrich_a_stream_and_count_its_windows(spark,
     enriched = spark.read.parquet(str(tmp_path / "data" / "enriched"))
     assert sorted((r.click_id, r.segment) for r in enriched.collect()) == [
         (i, "gold" if i % 7 % 3 == 0 else "silver") for i in range(900)]
-
-    async def lookup(row):
-        return [row]
-
-    namespace = {"af": af, "spark": spark, "lookup": lookup, "clicks": namespace["clicks"]}
-    exec(compile(_in(tmp_path, readme_example(".write_stream(\"/data/counts\"")), "README", "exec"), namespace)  # noqa: S102
-    counts = namespace["counts"]
-    assert not counts.is_active and counts.last_progress["epoch"] == 0
-    # Its dead letters and late clicks are streams of their own, with Spark's file-sink log (none failed).
-    assert all((tmp_path / "data" / name / "_spark_metadata").is_dir() for name in ("counts-failed", "counts-late"))
-    assert counts.dead_letters().count() == 0
-    # Stopped with a final checkpoint: the minutes the watermark closed are out, each exact.
-    published = spark.read.parquet(str(tmp_path / "data" / "counts")).collect()
-    assert published
-    per_user_minute: dict = {}
-    for i in range(900):
-        minute = (BASE_S + i) // 60 * 60
-        per_user_minute[(i % 7, minute)] = per_user_minute.get((i % 7, minute), 0) + 1
-    assert {(r.user_id, int(r.window_start.timestamp())): r.n for r in published}.items() <= per_user_minute.items()
