@@ -11,7 +11,9 @@ JSON says which one ran). Measured in one run:
 - actorflow, the async stage alone (input already in Ray's object store, so only the stage is
   timed): unordered and ordered with an ``async def``, ordered with a queue of 10 x C
   (``ordered_queued``: still C requests in flight, but finished results wait behind a slow one
-  while new requests start), and a blocking function on Ray tasks;
+  while new requests start), key-ordered (``key_ordered``: each user's records, ``id // 7``, in
+  input order, others overtaking, with the same queue of 10 x C), and a blocking function on Ray
+  tasks;
 - actorflow, DataFrame -> DataFrame through ``enrich()`` with its defaults, unordered
   (``actorflow_end_to_end``, like Ray Data, which does not keep order) and ordered
   (``actorflow_end_to_end_ordered``; Spark's thread pool keeps order too, and buffers finished
@@ -97,6 +99,11 @@ def _blocking_call(profile: LatencyProfile) -> Any:
     return call
 
 
+def _user(row: dict[str, Any]) -> int:
+    """The user of a record, as the profiles' slow shard counts them (``id // 7``): the order key."""
+    return int(row["id"]) // 7
+
+
 def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: int, *, kind: str) -> dict[str, Any]:
     """The async stage alone: its input is already in the object store."""
     from actorflow.cluster import from_arrow
@@ -104,9 +111,10 @@ def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: i
     n = sum(t.num_rows for t in tables)
     fn = _blocking_call(profile) if kind == "tasks" else _async_call(profile)
     ordered = kind.startswith("ordered")
+    order: Any = "key" if kind == "key_ordered" else ordered
     stream = from_arrow(tables, parallelism=P, job_name=f"bench-{kind.replace('_', '-')}").async_map(
-        fn, ordered=ordered, capacity=capacity, parallelism=P,
-        queue_capacity=QUEUE_FACTOR * capacity if kind == "ordered_queued" else None,
+        fn, ordered=order, order_key=_user if kind == "key_ordered" else None, capacity=capacity, parallelism=P,
+        queue_capacity=QUEUE_FACTOR * capacity if kind in ("ordered_queued", "key_ordered") else None,
     )
     with _RssSampler() as rss:
         started = time.perf_counter()
@@ -118,6 +126,11 @@ def actorflow_stage(tables: list[pa.Table], profile: LatencyProfile, capacity: i
         raise AssertionError(f"actorflow {kind}: expected each of {n} ids once, called; got {len(ids)} rows")
     if ordered and not bool(np.all(np.diff(ids) > 0)):
         raise AssertionError(f"actorflow {kind}: output is not in input order")
+    if kind == "key_ordered":
+        users = ids // 7
+        for user in np.unique(users):
+            if not bool(np.all(np.diff(ids[users == user]) > 0)):
+                raise AssertionError(f"actorflow key_ordered: user {user}'s records are out of input order")
     first = pc.min(out["issued_at"]).as_py()
     last = pc.max(pc.add(out["issued_at"], pc.divide(out["latency_ms"], 1000.0))).as_py()
     latencies = out.column("latency_ms").to_numpy()
@@ -276,7 +289,7 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
                 schedule = min(profiles.schedule_rps(profile, n, capacity, P), P * bare)
                 row: dict[str, Any] = {"profile": profile_name, "capacity": capacity, "mean_latency_ms": round(mean_ms, 2),
                                        "bound_rps": round(bound, 1), "schedule_rps": round(schedule, 1)}
-                for kind in ("unordered", "ordered", "ordered_queued", "tasks"):
+                for kind in ("unordered", "ordered", "ordered_queued", "key_ordered", "tasks"):
                     stage = actorflow_stage(tables, profile, capacity, kind=kind)
                     row[f"actorflow_{kind}_rps"] = stage["stage_records_per_s"]
                     row[f"actorflow_{kind}"] = stage
@@ -303,6 +316,8 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
                     "unordered_vs_schedule": _ratio(row["actorflow_unordered_rps"], schedule),
                     "ordered_vs_bound": _ratio(row["actorflow_ordered_rps"], bound),
                     "ordered_queued_vs_bound": _ratio(row["actorflow_ordered_queued_rps"], bound),
+                    "key_ordered_vs_unordered": _ratio(row["actorflow_key_ordered_rps"], row["actorflow_unordered_rps"]),
+                    "key_ordered_vs_ordered": _ratio(row["actorflow_key_ordered_rps"], row["actorflow_ordered_rps"]),
                     "tasks_vs_bound": _ratio(row["actorflow_tasks_rps"], bound),
                     "ray_tasks_ceiling_vs_bound": _ratio(row.get("ray_tasks_ceiling_rps"), bound),
                     "tasks_vs_ray_tasks_ceiling": _ratio(row["actorflow_tasks_rps"], row.get("ray_tasks_ceiling_rps")),
@@ -340,6 +355,9 @@ def main(quick: bool, n_override: int | None, profile_names: tuple[str, ...], ca
         "skewed_end_to_end_rps": skewed.get("actorflow_end_to_end_rps"),
         "skewed_end_to_end_ordered_rps": skewed.get("actorflow_end_to_end_ordered_rps"),
         "skewed_spark_threadpool_rps": skewed.get("spark_threadpool_rps"),
+        "skewed_key_ordered_vs_unordered": _ratio(skewed.get("actorflow_key_ordered_rps"),
+                                                  skewed.get("actorflow_unordered_rps")),
+        "skewed_key_ordered_vs_ordered": _ratio(skewed.get("actorflow_key_ordered_rps"), skewed.get("actorflow_ordered_rps")),
         "skewed_ordered_vs_unordered": _ratio(skewed.get("actorflow_end_to_end_ordered_rps"),
                                               skewed.get("actorflow_end_to_end_rps")),
         "profiles": [

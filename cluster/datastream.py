@@ -76,7 +76,8 @@ class DataStream:
         self: S,
         fn: AsyncFunction | Callable[[Any], Any],
         *,
-        ordered: bool = True,
+        ordered: bool | Literal["key"] = True,
+        order_key: Any = None,
         capacity: int = 100,
         timeout_ms: int | None = None,
         retry: RetryStrategy | None = None,
@@ -104,9 +105,15 @@ class DataStream:
         ``enrich()`` picks for a DataFrame without nested columns. ``object_reuse=True`` keeps
         each record as the operator in front handed it instead of a copy: that operator must
         not change an object it has emitted.
+
+        ``ordered=True`` keeps the order in which the instance received its records,
+        ``ordered=False`` emits in completion order, and ``ordered="key"`` keeps the order per
+        ``order_key`` (a column, a tuple of columns, or a function of the record): a key's
+        records leave in input order while other keys overtake them. No mode moves a record
+        across a watermark.
         """
         kind = _function_kind(fn)
-        mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
+        mode = async_mode(ordered, order_key)
         # Validate now (at construction), not in the actor at the first record.
         check_int("capacity", capacity, 1)
         check_int("timeout_ms", timeout_ms, 1, optional=True)
@@ -114,7 +121,7 @@ class DataStream:
         check_int("max_tasks", max_tasks, 1)
         AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                           on_error=on_error, queue_capacity=queue_capacity, copy_inputs=copy_inputs,
-                          object_reuse=object_reuse)
+                          object_reuse=object_reuse, order_key=order_key)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
 
@@ -133,7 +140,7 @@ class DataStream:
             return AsyncWaitOperator(
                 function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                 on_error=on_error, copy_inputs=False if kind == "blocking" else copy_inputs, name=name,
-                queue_capacity=queue_capacity, object_reuse=object_reuse,
+                queue_capacity=queue_capacity, object_reuse=object_reuse, order_key=order_key,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism),
@@ -145,7 +152,8 @@ class DataStream:
         *,
         batch_size: int,
         batch_timeout_ms: int | None = None,
-        ordered: bool = True,
+        ordered: bool | Literal["key"] = True,
+        order_key: Any = None,
         capacity: int = 4,
         timeout_ms: int | None = None,
         retry: RetryStrategy | None = None,
@@ -175,7 +183,7 @@ class DataStream:
         >>> stream.async_map_batch(score, batch_size=256, batch_timeout_ms=50)   # doctest: +SKIP
         """
         kind = batch_function_kind(fn)
-        mode: Literal["ordered", "unordered"] = "ordered" if ordered else "unordered"
+        mode = async_mode(ordered, order_key)
         # Validate now (at construction), not in the actor at the first record.
         check_int("batch_size", batch_size, 1)
         check_int("batch_timeout_ms", batch_timeout_ms, 1, optional=True)
@@ -184,7 +192,8 @@ class DataStream:
         check_int("queue_capacity", queue_capacity, batch_size, optional=True, minimum_is="batch_size")
         AsyncBatchWaitOperator(AsyncBatchFunction(), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode,
                                capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
-                               queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse)
+                               queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
+                               order_key=order_key)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
         # A batch that goes to a Ray task is serialised there: it is a copy already.
@@ -195,7 +204,7 @@ class DataStream:
                 make_batch_function(fn, capacity=capacity), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms,
                 mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                 fallback=None if fallback is None else _named_fallback(fallback), on_error=on_error, name=name,
-                queue_capacity=queue_capacity, copy_inputs=copy, object_reuse=object_reuse,
+                queue_capacity=queue_capacity, copy_inputs=copy, object_reuse=object_reuse, order_key=order_key,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))
@@ -292,6 +301,27 @@ def _named_fallback(fallback: Callable[[Any], Sequence[Any]]) -> Callable[[Any],
             raise UserFunctionError(f"the timeout fallback raised {type(error).__name__}: {error}", value=value) from error
 
     return call
+
+
+def async_mode(ordered: Any, order_key: Any) -> Literal["ordered", "unordered", "key_ordered"]:
+    """The async operator's mode for ``ordered`` (True, False or "key"), checked with its ``order_key``.
+
+    >>> async_mode("key", "user_id"), async_mode(False, None)
+    ('key_ordered', 'unordered')
+    """
+    if ordered is True:
+        mode: Literal["ordered", "unordered", "key_ordered"] = "ordered"
+    elif ordered is False:
+        mode = "unordered"
+    elif ordered == "key":
+        mode = "key_ordered"
+    else:
+        raise ConfigurationError(f"ordered must be True, False or 'key', got {ordered!r}")
+    if mode == "key_ordered" and order_key is None:
+        raise ConfigurationError("ordered='key' needs an order_key: a column, a tuple of columns, or a function of the record")
+    if mode != "key_ordered" and order_key is not None:
+        raise ConfigurationError(f"order_key is for ordered='key'; ordered is {ordered!r}")
+    return mode
 
 
 def check_int(name: str, value: Any, minimum: int, *, optional: bool = False, minimum_is: str = "",

@@ -143,7 +143,7 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         *,
         batch_size: int,
         batch_timeout_ms: int | None = None,
-        mode: Literal["ordered", "unordered"] = "ordered",
+        mode: Literal["ordered", "unordered", "key_ordered"] = "ordered",
         capacity: int = 2,
         timeout_ms: int | None = None,
         retry: RetryStrategy | None = None,
@@ -152,9 +152,10 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         name: str = "async_wait_batch",
         queue_capacity: int | None = None,
         object_reuse: bool = False,
+        order_key: Any = None,
     ) -> None:
         super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
-                         object_reuse=object_reuse)
+                         object_reuse=object_reuse, order_key=order_key)
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ConfigurationError(f"batch_size must be an int > 0, got {batch_size!r}")
         if batch_timeout_ms is not None and (not isinstance(batch_timeout_ms, int) or batch_timeout_ms <= 0):
@@ -405,7 +406,7 @@ def async_wait_batch(
     *,
     batch_size: int,
     batch_timeout_ms: int | None = None,
-    mode: Literal["ordered", "unordered"] = "ordered",
+    mode: Literal["ordered", "unordered", "key_ordered"] = "ordered",
     capacity: int = 2,
     timeout_ms: int | None = None,
     retry: RetryStrategy | None = None,
@@ -415,6 +416,7 @@ def async_wait_batch(
     queue_capacity: int | None = None,
     copy_inputs: CopyInputs = True,
     object_reuse: bool = False,
+    order_key: Any = None,
 ) -> AsyncBatchWaitOperator:
     """Build a batched async I/O operator.
 
@@ -438,5 +440,5 @@ def async_wait_batch(
     return AsyncBatchWaitOperator(
         function, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode, capacity=capacity,
         timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
-        queue_capacity=queue_capacity, object_reuse=object_reuse,
+        queue_capacity=queue_capacity, object_reuse=object_reuse, order_key=order_key,
     )

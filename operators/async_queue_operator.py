@@ -34,6 +34,7 @@ from .state import check_state
 from .errors import AsyncTimeoutError, ConfigurationError, RecordError, UserFunctionError, describe_value
 from .mailbox_processor import CoalescingInbox
 from .operator import StreamOperator, no_fault_point
+from .key_ordered_queue import KeyOrderedQueue, order_key_of
 from .ordered_queue import OrderedQueue
 from .request_keys import RequestKey, key_text
 from .retry import NoRetry, RetryStrategy
@@ -75,16 +76,21 @@ class AsyncQueueOperator(StreamOperator):
     def __init__(
         self,
         *,
-        mode: Literal["ordered", "unordered"],
+        mode: Literal["ordered", "unordered", "key_ordered"],
         timeout_ms: int | None,
         retry: RetryStrategy | None,
         on_error: Literal["fail", "dead_letter"],
         copy_inputs: CopyInputs,
         name: str,
         object_reuse: bool = False,
+        order_key: Any = None,
     ) -> None:
-        if mode not in ("ordered", "unordered"):
-            raise ConfigurationError(f"mode must be 'ordered' or 'unordered', got {mode!r}")
+        if mode not in ("ordered", "unordered", "key_ordered"):
+            raise ConfigurationError(f"mode must be 'ordered', 'unordered' or 'key_ordered', got {mode!r}")
+        if (mode == "key_ordered") != (order_key is not None):
+            raise ConfigurationError(
+                "mode='key_ordered' needs an order_key (a column, a tuple of columns or a function of the record)"
+                if order_key is None else f"order_key is for mode='key_ordered'; mode is {mode!r}")
         if timeout_ms is not None and (not isinstance(timeout_ms, int) or timeout_ms <= 0):
             raise ConfigurationError(f"timeout_ms must be an int > 0 or None, got {timeout_ms!r}")
         if on_error not in ("fail", "dead_letter"):
@@ -96,6 +102,7 @@ class AsyncQueueOperator(StreamOperator):
         if retry is not None and not isinstance(retry, RetryStrategy):
             raise ConfigurationError(f"retry must be a RetryStrategy, got {type(retry).__name__}")
         self.mode = mode
+        self.order_key = None if order_key is None else order_key_of(order_key)
         self.timeout_ms = timeout_ms
         self.retry = retry if retry is not None else NoRetry()
         self.on_error = on_error
@@ -113,7 +120,14 @@ class AsyncQueueOperator(StreamOperator):
     # ------------------------------------------------------------------ lifecycle
 
     def _open_queue(self, size: int) -> None:
-        self.queue: OrderedQueue | UnorderedQueue = OrderedQueue(size) if self.mode == "ordered" else UnorderedQueue(size)
+        self.queue: OrderedQueue | UnorderedQueue | KeyOrderedQueue
+        if self.mode == "ordered":
+            self.queue = OrderedQueue(size)
+        elif self.mode == "unordered":
+            self.queue = UnorderedQueue(size)
+        else:
+            assert self.order_key is not None
+            self.queue = KeyOrderedQueue(size, self.order_key, self.name)
         # Outcomes of requests (and of timeouts) re-enter through the mailbox, in arrival order;
         # a burst of them shares a mail, and what they let out leaves at its end.
         self.completions = CoalescingInbox(self.context.mailbox_executor, f"{self.name}: async results",

@@ -2,8 +2,9 @@
 
 Each record starts a request through the user's ``AsyncFunction``. Up to ``capacity`` elements
 (watermarks and watermark statuses included) are in flight; the results re-enter through the mailbox and leave in
-input order (``ordered``) or in completion order within the segments between watermarks and
-statuses (``unordered``). A watermark status queues as a watermark does, behind the records
+input order (``ordered``), in completion order within the segments between watermarks and
+statuses (``unordered``), or in input order per ``order_key`` and completion order across keys
+within those segments (``key_ordered``). A watermark status queues as a watermark does, behind the records
 before it (Flink passes it on at once).
 
 ``queue_capacity`` (default: ``capacity``, which is Flink's behaviour) lets the queue hold more
@@ -190,7 +191,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
         self,
         function: AsyncFunction | Any,
         *,
-        mode: Literal["ordered", "unordered"] = "ordered",
+        mode: Literal["ordered", "unordered", "key_ordered"] = "ordered",
         capacity: int = 100,
         timeout_ms: int | None = None,
         retry: RetryStrategy | None = None,
@@ -199,9 +200,10 @@ class AsyncWaitOperator(AsyncQueueOperator):
         name: str = "async_wait",
         queue_capacity: int | None = None,
         object_reuse: bool = False,
+        order_key: Any = None,
     ) -> None:
         super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
-                         object_reuse=object_reuse)
+                         object_reuse=object_reuse, order_key=order_key)
         if not isinstance(capacity, int) or capacity <= 0:
             raise ConfigurationError(f"capacity must be > 0, got {capacity!r}")
         if queue_capacity is not None and (not isinstance(queue_capacity, int) or queue_capacity < capacity):
@@ -300,7 +302,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
 def async_wait(
     function: AsyncFunction | Any,
     *,
-    mode: Literal["ordered", "unordered"] = "ordered",
+    mode: Literal["ordered", "unordered", "key_ordered"] = "ordered",
     capacity: int = 100,
     timeout_ms: int | None = None,
     retry: RetryStrategy | None = None,
@@ -309,11 +311,14 @@ def async_wait(
     queue_capacity: int | None = None,
     copy_inputs: CopyInputs = True,
     object_reuse: bool = False,
+    order_key: Any = None,
 ) -> AsyncWaitOperator:
     """Build an async I/O operator.
 
     ``function`` is an ``AsyncFunction`` or an ``async def f(value) -> list``. ``capacity``
     bounds the requests in flight; ``queue_capacity`` (default ``capacity``) the elements queued.
+    ``mode="key_ordered"`` needs ``order_key``: a column of a dict record, a tuple of columns, or
+    a function of the record's value.
     ``copy_inputs`` (see the module docstring) says how each attempt's input is copied;
     ``object_reuse=True`` keeps the caller's object instead of a copy of it: the caller must not
     change an object it has handed on.
@@ -326,5 +331,5 @@ def async_wait(
     """
     return AsyncWaitOperator(
         function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name,
-        queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
+        queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse, order_key=order_key,
     )

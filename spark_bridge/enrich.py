@@ -42,7 +42,8 @@ def enrich(
     fn: Callable[[dict[str, Any]], Any] | Callable[[list[dict[str, Any]]], Any] | ArrowBatchFunction,
     *,
     output_schema: Any = None,
-    ordered: bool = True,
+    ordered: bool | Literal["key"] = True,
+    order_key: Any = None,
     capacity: int = 100,
     timeout_ms: int | None = 30_000,
     retry: RetryStrategy | None = None,
@@ -66,7 +67,9 @@ def enrich(
     row is the input row updated with it. It may be an ``async def`` (run as coroutines on the
     operator actors, ``capacity`` in flight per instance) or a plain blocking function (run in
     micro-batched Ray tasks). Async I/O guarantees hold: ``ordered`` output keeps the input
-    order; a request that passes ``timeout_ms`` gets ``fallback`` (a dict or ``row -> dict``)
+    order (``ordered=False``: completion order; ``ordered="key"`` with ``order_key``, a column or
+    a tuple of columns: each key's rows in input order, while other keys' rows overtake a slow
+    one); a request that passes ``timeout_ms`` gets ``fallback`` (a dict or ``row -> dict``)
     or fails; ``retry`` retries failures. ``capacity`` bounds the requests in flight per
     instance; with ``ordered``, a ``queue_capacity`` above it lets finished rows wait behind a
     slow one while new requests start (by default ``default_queue_capacity``: 100 rows per
@@ -124,7 +127,8 @@ def enrich(
             overwrite=overwrite)
         stream, schema = _enriched(
             from_spark(df, parallelism=parallelism, job_name=job_name), fn, output_schema, fallback_fn, ordered=ordered,
-            capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, queue_capacity=queue_capacity,
+            order_key=order_key, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
+            queue_capacity=queue_capacity,
             batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse)
         source = weakref.ref(stream.graph.source)
         try:
@@ -147,7 +151,8 @@ def enrich_stream(
     checkpoint_location: str,
     foreach_batch: Callable[[Any, int], Any] | None = None,
     output_schema: Any = None,
-    ordered: bool = True,
+    ordered: bool | Literal["key"] = True,
+    order_key: Any = None,
     capacity: int = 100,
     timeout_ms: int | None = 30_000,
     retry: RetryStrategy | None = None,
@@ -188,11 +193,23 @@ def enrich_stream(
                                  "call enrich()")
     stream, schema = _enriched(
         from_spark(df, parallelism=parallelism, job_name=job_name), fn, output_schema, fallback_fn, ordered=ordered,
-        capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, queue_capacity=queue_capacity,
+        order_key=order_key, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
+        queue_capacity=queue_capacity,
         batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse)
     return stream.write_stream(path, checkpoint_location=checkpoint_location, foreach_batch=foreach_batch,
                                output_schema=schema, processing_time=processing_time,
                                checkpoint_interval_ms=checkpoint_interval_ms, dead_letters=dead_letters)
+
+
+def check_order_key(order_key: Any, schema: pa.Schema) -> None:
+    """Refuse an order key that names a column the rows do not have, before any job."""
+    if order_key is None or callable(order_key):
+        return
+    columns = [order_key] if isinstance(order_key, str) else list(order_key) if isinstance(order_key, tuple | list) else []
+    missing = [c for c in columns if isinstance(c, str) and c not in schema.names]
+    if missing:
+        raise ConfigurationError(f"order_key names {missing[0]!r}, which is not a column of the input; its columns "
+                                 f"are {schema.names}")
 
 
 def _checked(fn: Any, fallback: Any, **numbers: Any) -> Callable[[dict[str, Any]], Any] | None:
@@ -220,7 +237,8 @@ def _checked(fn: Any, fallback: Any, **numbers: Any) -> Callable[[dict[str, Any]
 
 
 def _enriched(
-    stream: SparkDataStream, fn: Any, output_schema: Any, fallback_fn: Any, *, ordered: bool, capacity: int,
+    stream: SparkDataStream, fn: Any, output_schema: Any, fallback_fn: Any, *, ordered: bool | Literal["key"],
+    order_key: Any, capacity: int,
     timeout_ms: int | None, retry: RetryStrategy | None, on_error: Literal["fail", "dead_letter"],
     queue_capacity: int | None, batch_size: int | None, batch_timeout_ms: int | None, object_reuse: bool,
 ) -> tuple[SparkDataStream, pa.Schema | None]:
@@ -230,16 +248,17 @@ def _enriched(
         given = set(schema.names)
         schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
     copy_inputs = scalar_rows_copy(stream._input_schema)
+    check_order_key(order_key, stream._input_schema)
     if batch_size is not None:
         return stream.async_map_batch(
             _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
-            capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
+            order_key=order_key, capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
             name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
         ), schema
     if batch_timeout_ms is not None:
         raise ConfigurationError(f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
     return stream.async_map(
-        _merge_rows(cast(Callable[[dict[str, Any]], Any], fn)), ordered=ordered, capacity=capacity,
+        _merge_rows(cast(Callable[[dict[str, Any]], Any], fn)), ordered=ordered, order_key=order_key, capacity=capacity,
         timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error, name="enrich",
         copy_inputs=copy_inputs, object_reuse=object_reuse,
         queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,

@@ -89,6 +89,28 @@ def test_random_kills_of_an_ordered_enrichment_lose_and_duplicate_nothing(ray_se
     assert result.checkpoints["completed"], result.checkpoints  # recovery came from checkpoints
 
 
+async def _enrich_user_zero_slowly(row: dict[str, Any]) -> list[dict[str, Any]]:
+    # One slow key: in key-ordered mode the others overtake it.
+    await asyncio.sleep(0.03 if row["user"] == 0 else 0.002)
+    return [{**row, "score": row["click"] * 3 + 1}]
+
+
+def test_random_kills_of_a_key_ordered_enrichment_keep_each_keys_order_and_lose_nothing(ray_session, tmp_path):
+    n = 20_000
+    stream = from_arrow(_clicks(n), parallelism=2, batch_size=250, job_name="chaos-key-ordered").async_map(
+        _enrich_user_zero_slowly, capacity=40, queue_capacity=400, ordered="key", order_key="user")
+    with ChaosMonkey("chaos-key-ordered", every_s=1.5, max_kills=3, first_after_s=1.0, seed=3) as monkey:
+        result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
+    table = result.to_arrow()
+    report = compare_outputs(_expected_enriched(n), table, key="click")
+    assert report.exact, report.lines()
+    _check_sequences(table)  # each user's clicks in input order, once each
+    clicks = table.column("click").to_pylist()
+    assert clicks != sorted(clicks), "no key overtook the slow one: the run did not test key order"
+    assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills), (monkey.kills, result.failures)
+    assert result.checkpoints["completed"], result.checkpoints
+
+
 def test_window_counts_are_exact_per_key_and_window_after_restarts(ray_session, tmp_path):
     n = 40_000
     tables = _clicks(n)

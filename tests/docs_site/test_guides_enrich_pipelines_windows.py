@@ -53,6 +53,13 @@ def test_the_enrich_guide_enriches_every_click_from_a_real_service(spark, tmp_pa
     assert sorted((r.click_id, r.segment, r.lifetime_value) for r in scored.collect()) == sorted(
         (c, user_profile(u)["segment"], user_profile(u)["lifetime_value"]) for c, u in clicks.items() if u >= 0)
 
+    # Order per key: each user's clicks in input order, and the slow user's overtaken by others.
+    visits = ns["visits"]
+    assert sorted(v for _, v in visits) == list(range(300))
+    for user in {u for u, _ in visits}:
+        assert [v for u, v in visits if u == user] == sorted(v for u, v in visits if u == user), user
+    assert [v for _, v in visits] != list(range(300)), "no user overtook the slow one"
+
     # Idempotency keys: one per row, made of the job, the operator and the row's origin.
     keys = [r.request_key for r in ns["keyed"].collect()]
     assert len(keys) == 5 and len(set(keys)) == 5

@@ -401,7 +401,7 @@ def test_copy_inputs_false_hands_the_batch_the_records_own_values():
         ({"batch_size": 2, "batch_timeout_ms": 0}, "batch_timeout_ms must be an int > 0 or None, got 0"),
         ({"batch_size": 2, "capacity": 0}, "capacity (batches in flight) must be > 0, got 0"),
         ({"batch_size": 4, "queue_capacity": 3}, "queue_capacity must be an int >= batch_size (4), got 3"),
-        ({"batch_size": 2, "mode": "sorted"}, "mode must be 'ordered' or 'unordered', got 'sorted'"),
+        ({"batch_size": 2, "mode": "sorted"}, "mode must be 'ordered', 'unordered' or 'key_ordered', got 'sorted'"),
     ],
 )
 def test_bad_configuration_is_rejected_at_construction(kwargs, message):
