@@ -243,9 +243,17 @@ def _storage(directory: str, job: str) -> Any:
 
 def _interrupted(target: str, job: str | None, checkpoints: tuple[Any, str] | None, interval: str,
                  address: str | None) -> None:
-    """Ctrl-C: say so, with the last complete checkpoint and the command that resumes from it; exit 130."""
+    """Ctrl-C: say so, with the last complete checkpoint and the command that resumes from it; exit 130.
+
+    The driver leaves Ray first, so that what Ray's core worker logs as it goes (at times a C++
+    "bad optional access" after a Ctrl-C) comes before these lines, not after them.
+    """
     import datetime
 
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
     say = functools.partial(click.echo, err=True)
     if checkpoints is None:
         say(f"interrupted: job {job or target!r} stopped; it took no checkpoints, so a new run starts from the "
