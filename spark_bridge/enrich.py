@@ -327,9 +327,9 @@ def scalar_rows_copy(schema: pa.Schema) -> CopyInputs:
     return "shallow" if not any(pa.types.is_nested(f.type) for f in schema) else True
 
 
-def default_queue_capacity(capacity: int, ordered: bool) -> int:
-    """``enrich()``'s queue: in ordered mode, deep enough that one slow request does not stall
-    the others, bounded so that the rows waiting behind it stay a few MB.
+def default_queue_capacity(capacity: int, ordered: bool | Literal["key"]) -> int:
+    """``enrich()``'s queue: in ordered mode (total or per key), deep enough that one slow request
+    does not stall the others, bounded so that the rows waiting behind it stay a few MB.
 
     While the head of the queue waits, the other slots go on at ``capacity / latency``; a 1.5 s
     straggler among 20 ms calls at C = 64 lets about 4,800 rows finish behind it. Flink's default
@@ -338,7 +338,7 @@ def default_queue_capacity(capacity: int, ordered: bool) -> int:
     >>> default_queue_capacity(64, ordered=True), default_queue_capacity(1000, ordered=True)
     (6400, 20000)
     """
-    if not ordered:
+    if ordered is False:
         return capacity  # completion order: nothing waits behind a slow request
     return max(capacity, min(capacity * _QUEUE_PER_SLOT, _QUEUE_MAX_ROWS))
 
