@@ -74,7 +74,8 @@ def test_no_module_imports_a_ring_by_its_bare_name():
     notebook = "".join(
         "".join(cell["source"]) for cell in json.loads((ROOT / "examples" / "enrichment.ipynb").read_text())["cells"]
     )
-    found += [name for name, text in (("README.md", readme), ("enrichment.ipynb", notebook)) if bare.search(text)]
+    pages = [(str(p.relative_to(ROOT)), p.read_text()) for p in sorted((ROOT / "docs").rglob("*.md"))]
+    found += [name for name, text in (("README.md", readme), ("enrichment.ipynb", notebook), *pages) if bare.search(text)]
     assert not found, f"import the rings as actorflow.<ring>: {found}"
 
 

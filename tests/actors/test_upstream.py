@@ -54,9 +54,9 @@ def test_each_switch_is_named_in_the_module_that_honours_it():
         assert w.switch in (ROOT / "actors" / "upstream" / f"{w.module}.py").read_text(), w.name
 
 
-def test_the_readme_lists_every_switch():
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("### Upstream workarounds"):]
+def test_the_internals_page_lists_every_switch():
+    page = (ROOT / "docs" / "internals" / "index.md").read_text()
+    table = page[page.index("## Every workaround"):]
     table = table[:table.index("\n#")]
     listed = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
     assert listed == {w.switch.removeprefix("ACTORFLOW_NO_") for w in WORKAROUNDS.values()}
