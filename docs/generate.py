@@ -92,21 +92,32 @@ def errors_page() -> str:
 
 
 def flatten(figures: dict[str, Any], prefix: str = "") -> dict[str, float | int | str | bool]:
-    """The scalar figures of a benchmark's JSON, nested names joined by dots; lists and nulls left out."""
+    """The scalar figures of a benchmark's JSON, nested names joined by dots; nulls and lists of
+    scalars left out. A list of objects is flattened item by item, each named by its ``profile``
+    (and ``capacity``) where it has one, else by its position.
+
+    >>> flatten({"a": 1, "b": {"c": 2.5}, "rows": [{"profile": "skewed", "capacity": 64, "x": 3}], "ids": [1, 2]})
+    {'a': 1, 'b.c': 2.5, 'rows[skewed C=64].profile': 'skewed', 'rows[skewed C=64].capacity': 64, 'rows[skewed C=64].x': 3}
+    """
     flat: dict[str, float | int | str | bool] = {}
     for key, value in figures.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             flat.update(flatten(value, name + "."))
+        elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            for i, item in enumerate(value):
+                label = f"{item['profile']} C={item['capacity']}" if "profile" in item and "capacity" in item else str(i)
+                flat.update(flatten(item, f"{name}[{label}]."))
         elif isinstance(value, bool | int | float | str):
             flat[name] = value
     return flat
 
 
 def ratios(flat: dict[str, Any]) -> dict[str, float]:
-    """The figures that compare two things measured in the same run (``x_vs_y``, ``…ratio``)."""
+    """The figures that compare two things measured in the same run (``x_vs_y``, ``…ratio``); a
+    benchmark's targets are not measurements."""
     return {name: float(value) for name, value in flat.items()
-            if isinstance(value, int | float) and not isinstance(value, bool)
+            if isinstance(value, int | float) and not isinstance(value, bool) and not name.startswith("targets.")
             and ("_vs_" in name.rsplit(".", 1)[-1] or name.rsplit(".", 1)[-1].endswith("ratio"))}
 
 

@@ -16,11 +16,11 @@ TREE = ROOT / "build" / "api-source"
 RINGS = ("operators", "actors", "cluster", "spark_bridge")
 
 
-def on_config(config, **_):
+def on_startup(**_):
+    # Before any plugin reads the configuration: mkdocstrings keeps only search paths that exist.
     shutil.rmtree(TREE, ignore_errors=True)
     package = TREE / "actorflow"
     sources = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "actorflow", package, ignore=sources)
     for ring in RINGS:
         shutil.copytree(ROOT / ring, package / ring, ignore=sources)
-    return config
