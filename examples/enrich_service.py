@@ -1,17 +1,29 @@
 """A real HTTP enrichment service on loopback, for examples and tests.
 
 It plays the external system that an async I/O operator enriches records from: a user-profile
-service with realistic latency, transient failures, rare hangs and permanent errors.
+service with realistic latency, transient failures, rare hangs and permanent errors; and, for
+clients that adapt to the service (adaptive concurrency, a shared rate quota, a circuit breaker,
+hedging), a capacity that can change during a run, outages and a slow tail.
 
 Endpoint::
 
     GET /user/{user_id}  ->  200 {"user_id": 42, "segment": "loyal", "country": "DE",
                                   "lifetime_value": 1234.5}
 
-Behaviour of one request, drawn from a per-request random generator:
+Behaviour of one request. At the front door, answered at once (no latency, nothing drawn):
+
+- during an outage (:meth:`EnrichmentService.set_outage`) it answers ``503``, with a body that says
+  outage;
+- else, if ``capacity`` requests are already being handled, it answers ``429`` with the header
+  ``Retry-After: <retry_after_s>``. ``capacity`` is None (no limit) by default; it changes with
+  :meth:`EnrichmentService.set_capacity` and with ``capacity_schedule``.
+
+A request let in is then drawn from a per-request random generator:
 
 - it first sleeps a lognormal latency (``latency_ms_median``, ``latency_sigma``), whatever its
   outcome;
+- with probability ``tail_rate`` (0 by default) it sleeps ``tail_ms`` more, whatever its outcome:
+  the slow tail that hedging is for;
 - with probability ``hang_rate`` it then sleeps ``hang_s`` more (30 s by default, far beyond any
   sensible timeout) before answering normally: a hanging service;
 - else, with probability ``failure_rate``, it answers ``503`` (transient: a retry may succeed);
@@ -19,18 +31,30 @@ Behaviour of one request, drawn from a per-request random generator:
 - else it answers ``200`` with the profile, which depends on ``user_id`` only (see
   :func:`user_profile`), never on the seed, so an enriched result can be checked exactly.
 
-Determinism: the server counts requests per ``user_id``. The latency and the outcome of a request
-are a pure function of ``(seed, user_id, attempt)``, where ``attempt`` is 1 for the first request
-for that ``user_id`` in this service's life, 2 for the second, and so on. They do not depend on
-how concurrent requests interleave. What is *not* deterministic is the wall-clock time a response
+Retry-After: HTTP's delta-seconds is an integer number of seconds (RFC 9110, section 10.2.3).
+Tests want pauses under a second, so this service sends the seconds rounded to milliseconds, as a
+decimal where they are not whole: ``"2"``, ``"0.5"``, ``"0.125"``. :func:`parse_retry_after` reads
+both forms; it ignores the HTTP-date form, which this service never sends.
+
+Determinism: the server counts requests per ``user_id``. The latency, the tail and the outcome of a
+request are a pure function of ``(seed, user_id, attempt)``, where ``attempt`` is 1 for the first
+request for that ``user_id`` that the service lets in, 2 for the second, and so on. They do not
+depend on how concurrent requests interleave. A request turned away at the front door draws
+nothing, so how many were turned away (which depends on timing) changes no later draw. The tail
+is drawn from a generator of its own, so with ``tail_rate=0`` every other draw is what it was
+before the tail existed. What is *not* deterministic is the wall-clock time a response
 takes beyond the drawn latency (scheduling, the client's own load), and, when two requests for the
 same ``user_id`` are in flight at once, which of them gets which attempt number.
 
 Exceptions raised by :func:`lookup_user`::
 
     EnrichmentServiceError        any answer other than 200
-    ├── TransientServiceError     5xx: worth retrying
+    ├── TransientServiceError     5xx: worth retrying (an outage's 503 included)
+    ├── OverloadedError           429: over capacity; wait retry_after_s, then retry
     └── NotFoundError             404: permanent, do not retry
+
+Each has ``user_id``, ``status``, ``body`` and ``retry_after_s`` (the Retry-After header in seconds,
+or None), and pickles with all four, as Ray hands it to another process.
 
 Example::
 
@@ -56,11 +80,16 @@ service in a process of its own.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import random
+import re
 import threading
+import time
 import weakref
+from array import array
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import aiohttp
@@ -70,9 +99,12 @@ __all__ = [
     "EnrichmentService",
     "EnrichmentServiceError",
     "TransientServiceError",
+    "OverloadedError",
     "NotFoundError",
+    "busiest_window",
     "http_session",
     "lookup_user",
+    "parse_retry_after",
     "user_profile",
     "SEGMENTS",
     "COUNTRIES",
@@ -111,23 +143,83 @@ def user_profile(user_id: int) -> dict[str, Any]:
     }
 
 
-class EnrichmentServiceError(Exception):
-    """The enrichment service answered with a status other than 200."""
+def busiest_window(times: Iterable[float], width_s: float = 1.0) -> int:
+    """The most of ``times`` that fall in any window ``[t, t + width_s)``; 0 if there are none.
 
-    def __init__(self, user_id: int, status: int, body: str = "") -> None:
+    Half-open, so that a limit of N per second may send N at 0.0 and N more at 1.0:
+
+    >>> busiest_window([0.0, 0.2, 0.9, 1.0, 1.1, 3.0])   # 0.2, 0.9, 1.0 and 1.1
+    4
+    >>> busiest_window([0.0, 1.0, 2.0])
+    1
+    """
+    if not width_s > 0:
+        raise ValueError(f"width_s must be > 0, got {width_s}")
+    ordered = sorted(times)
+    best = first = 0
+    # Two pointers: ordered[first..last] is the longest run ending at ``last`` that fits the window.
+    for last, t in enumerate(ordered):
+        while t - ordered[first] >= width_s:
+            first += 1
+        best = max(best, last - first + 1)
+    return best
+
+
+# delta-seconds (RFC 9110 10.2.3) is 1*DIGIT; a fraction is this service's extension.
+_DELTA_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait, from a ``Retry-After`` header in (decimal) seconds; None if the header is
+    absent or is an HTTP-date (a form this service never sends, and this client ignores).
+
+    >>> parse_retry_after("2"), parse_retry_after("0.25"), parse_retry_after(None)
+    (2.0, 0.25, None)
+    >>> parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
+    True
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    return float(value) if _DELTA_SECONDS.fullmatch(value) else None
+
+
+def _format_retry_after(seconds: float) -> str:
+    # Milliseconds at most, and whole seconds without a fraction: "2", "0.5", "0.125".
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")
+
+
+class EnrichmentServiceError(Exception):
+    """The enrichment service answered with a status other than 200.
+
+    ``retry_after_s`` is the wait the service asked for in its ``Retry-After`` header, in seconds,
+    or None where it sent none (see :func:`parse_retry_after`).
+    """
+
+    def __init__(
+        self, user_id: int, status: int, body: str = "", retry_after_s: float | None = None
+    ) -> None:
         self.user_id = user_id
         self.status = status
         self.body = body
+        self.retry_after_s = retry_after_s
         super().__init__(f"GET /user/{user_id}: expected status 200, got {status} {body!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Exception pickles as cls(*self.args), and args holds only the message: without this,
         # the error fails to unpickle where Ray or Spark hand it to another process.
-        return (type(self), (self.user_id, self.status, self.body))
+        return (type(self), (self.user_id, self.status, self.body, self.retry_after_s))
 
 
 class TransientServiceError(EnrichmentServiceError):
-    """A 5xx answer: the service is unavailable for now, and a retry may succeed."""
+    """A 5xx answer: the service is unavailable for now, and a retry may succeed.
+
+    ``retry_after_s`` is set where the answer had a ``Retry-After`` header (an outage may send one).
+    """
+
+
+class OverloadedError(EnrichmentServiceError):
+    """A 429 answer: the service is over its capacity; wait ``retry_after_s``, then retry."""
 
 
 class NotFoundError(EnrichmentServiceError):
@@ -158,8 +250,9 @@ def http_session() -> aiohttp.ClientSession:
 async def lookup_user(
     session: aiohttp.ClientSession, base_url: str, user_id: int
 ) -> dict[str, Any]:
-    """Fetch one user's profile; raise :class:`TransientServiceError` on 5xx and
-    :class:`NotFoundError` on 404.
+    """Fetch one user's profile; raise :class:`TransientServiceError` on 5xx,
+    :class:`OverloadedError` on 429 and :class:`NotFoundError` on 404, each with the answer's
+    ``Retry-After`` in ``retry_after_s``.
 
     It sets no timeout of its own beyond the session's: a per-record deadline belongs to the
     caller (the async operator's ``timeout_ms``), which is how a hanging request is cut short.
@@ -169,19 +262,24 @@ async def lookup_user(
             body: dict[str, Any] = await resp.json()
             return body
         text = await resp.text()
+        retry_after_s = parse_retry_after(resp.headers.get("Retry-After"))
         if resp.status == 404:
-            raise NotFoundError(user_id, resp.status, text)
+            raise NotFoundError(user_id, resp.status, text, retry_after_s)
+        if resp.status == 429:
+            raise OverloadedError(user_id, resp.status, text, retry_after_s)
         if 500 <= resp.status < 600:
-            raise TransientServiceError(user_id, resp.status, text)
-        raise EnrichmentServiceError(user_id, resp.status, text)
+            raise TransientServiceError(user_id, resp.status, text, retry_after_s)
+        raise EnrichmentServiceError(user_id, resp.status, text, retry_after_s)
 
 
 class EnrichmentService:
     """An aiohttp server on ``127.0.0.1`` (a free port), run on a background thread.
 
-    Threading model: ``start()``, ``stop()``, ``stats()`` and ``url`` may be called from any
-    thread. Request handlers run only on the service's own thread and event loop; the counters
-    they update are guarded by a lock so that ``stats()`` reads a consistent copy.
+    Threading model: every public method and property may be called from any thread, and the
+    setters (``set_capacity()``, ``set_outage()``) at any time, running or not. Request handlers
+    and the ``capacity_schedule`` run only on the service's own thread and event loop. The counters
+    and the settings that handlers read are guarded by one lock, so that ``stats()`` reads a
+    consistent copy and two requests arriving together cannot both take the last free slot.
 
     Lifecycle: NEW --start()--> RUNNING --stop()--> STOPPED. ``start()`` returns once the socket
     accepts connections. ``stop()`` cancels handlers still sleeping (hanging requests included)
@@ -197,12 +295,23 @@ class EnrichmentService:
         seed: int = 7,
         *,
         hang_s: float = 30.0,
+        capacity: int | None = None,
+        retry_after_s: float = 1.0,
+        capacity_schedule: Sequence[tuple[float, int | None]] = (),
+        tail_rate: float = 0.0,
+        tail_ms: float = 1500.0,
     ) -> None:
+        """``capacity``: requests handled at once; one more is answered 429 (None: no limit).
+        ``retry_after_s``: the ``Retry-After`` of a 429. ``capacity_schedule``: pairs (seconds
+        since ``start()``, capacity), applied in order on the service's loop, e.g.
+        ``[(0, 100), (5, 20), (10, 100)]``. ``tail_rate``, ``tail_ms``: the slow tail (see the
+        module's docstring)."""
         if latency_ms_median < 0:
             raise ValueError(f"latency_ms_median must be >= 0, got {latency_ms_median}")
         if latency_sigma < 0:
             raise ValueError(f"latency_sigma must be >= 0, got {latency_sigma}")
-        for name, rate in (("failure_rate", failure_rate), ("hang_rate", hang_rate)):
+        rates = (("failure_rate", failure_rate), ("hang_rate", hang_rate), ("tail_rate", tail_rate))
+        for name, rate in rates:
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {rate}")
         if failure_rate + hang_rate > 1.0:
@@ -211,12 +320,30 @@ class EnrichmentService:
             )
         if hang_s < 0:
             raise ValueError(f"hang_s must be >= 0, got {hang_s}")
+        if tail_ms < 0:
+            raise ValueError(f"tail_ms must be >= 0, got {tail_ms}")
+        _check_capacity("capacity", capacity)
+        _check_retry_after(retry_after_s)
+        schedule = tuple((float(at_s), cap) for at_s, cap in capacity_schedule)
+        previous = 0.0
+        for at_s, cap in schedule:
+            if not previous <= at_s < math.inf:
+                raise ValueError(
+                    "capacity_schedule times must be >= 0 and in order, "
+                    f"got {at_s} after {previous}"
+                )
+            _check_capacity(f"capacity_schedule's capacity at {at_s} s", cap)
+            previous = at_s
         self.latency_ms_median = latency_ms_median
         self.latency_sigma = latency_sigma
         self.failure_rate = failure_rate
         self.hang_rate = hang_rate
         self.seed = seed
         self.hang_s = hang_s
+        self.retry_after_s = retry_after_s
+        self.capacity_schedule = schedule
+        self.tail_rate = tail_rate
+        self.tail_ms = tail_ms
 
         self._state = "NEW"
         self._lifecycle_lock = threading.Lock()
@@ -224,14 +351,24 @@ class EnrichmentService:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
+        self._schedule_task: asyncio.Task[None] | None = None
 
-        # Touched by handlers on the service thread, read by stats() on any thread.
+        # Touched by handlers on the service thread, and by the setters and readers on any thread.
         self._stats_lock = threading.Lock()
-        self._attempts: Counter[int] = Counter()
+        self._capacity = capacity
+        self._outage = False
+        self._outage_retry_after_s: float | None = None
+        self._attempts: Counter[int] = Counter()  # requests let in, per user: the draws' attempt
+        self._calls_by_user: Counter[int] = Counter()  # requests received, per user
+        # time.monotonic() of every arrival, taken under the lock, so in order; 8 bytes each.
+        self._arrivals = array("d")
         self._by_status: Counter[int] = Counter()
         self._requests = 0
         self._in_flight = 0
         self._hangs = 0
+        self._tails = 0
+        self._rejected_429 = 0
+        self._outage_requests = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -280,24 +417,78 @@ class EnrichmentService:
             raise RuntimeError(f"service is {self._state}; url needs RUNNING")
         return f"http://127.0.0.1:{self._port}"
 
+    @property
+    def capacity(self) -> int | None:
+        """Requests handled at once now, beyond which one is answered 429; None: no limit."""
+        with self._stats_lock:
+            return self._capacity
+
+    def set_capacity(self, n: int | None) -> None:
+        """Handle at most ``n`` requests at once from now on (None: no limit; 0: answer all 429).
+
+        Lowering it turns away nothing already let in: those requests finish, and new ones are let
+        in again once fewer than ``n`` are in flight. It holds until the next entry of
+        ``capacity_schedule``, if any is still to come.
+        """
+        _check_capacity("capacity", n)
+        with self._stats_lock:
+            self._capacity = n
+
+    def set_outage(self, on: bool, *, retry_after_s: float | None = None) -> None:
+        """Start (``on=True``) or end an outage, during which every request is answered 503 at
+        once; with ``retry_after_s``, the 503s carry that ``Retry-After``."""
+        if retry_after_s is not None:
+            _check_retry_after(retry_after_s)
+        with self._stats_lock:
+            self._outage = on
+            self._outage_retry_after_s = retry_after_s
+
     def stats(self) -> dict[str, Any]:
         """Counters since start, as a consistent copy::
 
-            {"requests": 412,                 # requests received
-             "in_flight": 1,                  # received, not yet answered
+            {"requests": 412,                 # requests received, turned away or not
+             "in_flight": 1,                  # let in, not yet answered
              "hangs": 1,                      # requests drawn to hang (answered or not)
-             "by_status": {200: 392, 503: 9, 404: 10}}   # responses sent
+             "tails": 3,                      # requests drawn to the slow tail
+             "rejected_429": 5,               # answered 429: over capacity
+             "outage_requests": 7,            # received during an outage, each answered 503
+             "by_status": {200: 385, 503: 16, 404: 6, 429: 5}}   # responses sent
 
         A hanging request appears in ``by_status`` only once it has been answered, and never if
-        ``stop()`` cancelled it.
+        ``stop()`` cancelled it. A request turned away (429, or 503 in an outage) is answered at
+        once, so it is never in ``in_flight``.
         """
         with self._stats_lock:
             return {
                 "requests": self._requests,
                 "in_flight": self._in_flight,
                 "hangs": self._hangs,
+                "tails": self._tails,
+                "rejected_429": self._rejected_429,
+                "outage_requests": self._outage_requests,
                 "by_status": dict(self._by_status),
             }
+
+    def calls_by_user(self) -> dict[int, int]:
+        """Requests received per ``user_id``, a copy: every one, those answered 429 or 503 in an
+        outage included; a request whose id is not an integer (400) counts for no user."""
+        with self._stats_lock:
+            return dict(self._calls_by_user)
+
+    def arrival_times(self) -> list[float]:
+        """The ``time.monotonic()`` of every request's arrival (all of them), in arrival order."""
+        with self._stats_lock:
+            return self._arrivals.tolist()
+
+    def busiest_second(self, start: float | None = None, end: float | None = None) -> int:
+        """The most requests that arrived in any 1-second window (see :func:`busiest_window`),
+        counting arrivals ``start <= t < end`` (``time.monotonic()`` values; None: no bound).
+
+        This is how a test sees that the clients together kept to a rate limit."""
+        times = self.arrival_times()
+        first = 0 if start is None else bisect.bisect_left(times, start)
+        last = len(times) if end is None else bisect.bisect_left(times, end)
+        return busiest_window(times[first:last])
 
     # -- the service thread ------------------------------------------------------------------
 
@@ -325,6 +516,12 @@ class EnrichmentService:
         # A short shutdown_timeout: stop() must not wait out a 30 s hang.
         runner = web.AppRunner(app, shutdown_timeout=0.25, access_log=None)
         await runner.setup()
+        # The schedule counts from here; entries due at 0 hold before the first request.
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        schedule = list(self.capacity_schedule)
+        while schedule and schedule[0][0] == 0:
+            self.set_capacity(schedule.pop(0)[1])
         # backlog 1024: a test opens hundreds of connections at once, and the default 128
         # would drop SYNs, which the kernel retries only after a whole second.
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
@@ -332,6 +529,17 @@ class EnrichmentService:
         self._runner = runner
         # Port 0 asks the kernel for a free port; read back the one it chose.
         self._port = runner.addresses[0][1]
+        if schedule:  # a task only once nothing can fail, so none is left pending if start() fails
+            self._schedule_task = loop.create_task(self._apply_schedule(started, schedule))
+
+    async def _apply_schedule(
+        self, started: float, schedule: list[tuple[float, int | None]]
+    ) -> None:
+        # One task, in order: two timers due at the same instant could fire in either order.
+        loop = asyncio.get_running_loop()
+        for at_s, capacity in schedule:
+            await asyncio.sleep(max(0.0, started + at_s - loop.time()))
+            self.set_capacity(capacity)
 
     async def _shutdown(self) -> None:
         if self._runner is not None:
@@ -360,15 +568,45 @@ class EnrichmentService:
             return latency_ms, "fail"
         return latency_ms, "ok"
 
+    def _draw_tail(self, user_id: int, attempt: int) -> bool:
+        """Whether a request gets the slow tail; from a generator of its own, so that
+        ``tail_rate`` changes none of the draws in :meth:`_draw`."""
+        if self.tail_rate == 0.0:
+            return False
+        return random.Random(f"{self.seed}/{user_id}/{attempt}/tail").random() < self.tail_rate
+
     async def _handle_user(self, request: web.Request) -> web.Response:
         raw = request.match_info["user_id"]
+        user_id: int | None
+        try:
+            user_id = int(raw)
+        except ValueError:
+            user_id = None
+        # The front door, decided in one step under the lock: a request let in takes its slot
+        # before the next one is looked at.
+        retry_after_s: float | None = None
         with self._stats_lock:
             self._requests += 1
-            self._in_flight += 1
+            self._arrivals.append(time.monotonic())
+            if user_id is not None:
+                self._calls_by_user[user_id] += 1
+            capacity = self._capacity
+            if self._outage:
+                self._outage_requests += 1
+                door, retry_after_s = "outage", self._outage_retry_after_s
+            elif capacity is not None and self._in_flight >= capacity:
+                self._rejected_429 += 1
+                door, retry_after_s = "full", self.retry_after_s
+            else:
+                self._in_flight += 1
+                door = "in"
+        if door == "outage":
+            return self._count(_refusal(503, "outage: the service is down", retry_after_s))
+        if door == "full":
+            error = f"over capacity: {capacity} requests in flight already"
+            return self._count(_refusal(429, error, retry_after_s))
         try:
-            try:
-                user_id = int(raw)
-            except ValueError:
+            if user_id is None:
                 return self._count(
                     web.json_response(
                         {"error": f"user_id must be an integer, got {raw!r}"}, status=400
@@ -378,6 +616,10 @@ class EnrichmentService:
                 self._attempts[user_id] += 1
                 attempt = self._attempts[user_id]
             latency_ms, outcome = self._draw(user_id, attempt)
+            if self._draw_tail(user_id, attempt):
+                with self._stats_lock:
+                    self._tails += 1
+                latency_ms += self.tail_ms
             await asyncio.sleep(latency_ms / 1000.0)
             if outcome == "hang":
                 with self._stats_lock:
@@ -400,6 +642,22 @@ class EnrichmentService:
         with self._stats_lock:
             self._by_status[response.status] += 1
         return response
+
+
+def _refusal(status: int, error: str, retry_after_s: float | None) -> web.Response:
+    """An answer at the front door: no latency, and ``Retry-After`` where there is a wait."""
+    headers = {} if retry_after_s is None else {"Retry-After": _format_retry_after(retry_after_s)}
+    return web.json_response({"error": error}, status=status, headers=headers)
+
+
+def _check_capacity(name: str, capacity: int | None) -> None:
+    if capacity is not None and not (isinstance(capacity, int) and capacity >= 0):
+        raise ValueError(f"{name} must be an int >= 0 or None, got {capacity!r}")
+
+
+def _check_retry_after(retry_after_s: float) -> None:
+    if not 0 <= retry_after_s < math.inf:
+        raise ValueError(f"retry_after_s must be >= 0 and finite, got {retry_after_s}")
 
 
 async def _demo(url: str, n: int) -> None:
