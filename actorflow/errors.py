@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .operators.errors import (
     ActorflowError,
     AsyncTimeoutError,
+    CircuitOpenError,
     ConfigurationError,
     ForeignError,
     JobFailedError,
@@ -38,7 +39,7 @@ _LATER = {
 }
 
 __all__ = [
-    "ActorflowError", "AsyncTimeoutError", "CheckpointError", "ConfigurationError", "ForeignError", "JobFailedError",
+    "ActorflowError", "AsyncTimeoutError", "CheckpointError", "CircuitOpenError", "ConfigurationError", "ForeignError", "JobFailedError",
     "MailboxClosedError", "MailboxStateError", "MailboxThreadError", "RecordError", "ResultTypeError",
     "SchemaError", "SparkSessionError", "StateFormatError", "UnfinishedRunError", "UserFunctionError",
 ]

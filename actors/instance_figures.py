@@ -85,9 +85,15 @@ class InstanceFigures:
         totals = {"records_out": self._output.records_out if started else 0,
                   "retries": 0, "timeouts": 0, "dead_letters": 0, "failures": 0,
                   "late_records_dropped": 0, **dict.fromkeys(LATE_FIGURES, 0)}
+        services: dict[str, dict[str, float]] = {}
         for async_op in async_operators(self._chain) if started else ():  # queues come with open
             queue_depth += len(async_op.queue)
             in_flight += sum(1 for e in async_op.queue if not e.done)
+            if async_op.gate is not None:
+                services[async_op.gate.name] = async_op.gate.metrics.figures()
+        for service in services.values():  # an instance's services, summed for the exporter
+            for k, v in service.items():
+                totals[k] = totals.get(k, 0) + v
         for op in self._chain.operators if started else ():
             for k, v in dataclasses.asdict(op.metrics).items():
                 if k in totals and k != "records_out":
@@ -123,6 +129,7 @@ class InstanceFigures:
             "restarts": self.restarts,
             **self._cpu_figures(),
             **totals,
+            **({"services": services} if services else {}),
             # The row that brought the largest event time of the split it reads: what moved the
             # watermark, and what the late accounting names (``BlockReader.max_timestamp_record``).
             **({"max_timestamp_record": self._reader.max_timestamp_record()} if self._reader is not None else {}),

@@ -28,6 +28,12 @@ _COUNTERS = {
     "late_past_allowed_lateness": "Late records whose windows ended longer ago than the allowed lateness",
     "late_window_closed": "Late records that would open again a session already emitted and cleaned up",
     "backpressured_ms": "Milliseconds the instance waited because downstream took no more output",
+    "service_calls": "Calls that left for an async operator's service",
+    "service_overloads": "Overload answers (429, 503) of the service",
+    "service_pauses": "Overload answers with a Retry-After, which paused every call of the instance",
+    "service_breaker_opens": "Times the service's circuit breaker opened",
+    "service_breaker_rejections": "Attempts ended without a call because the breaker was open",
+    "service_probes": "Calls let through while the breaker was half-open",
 }
 _GAUGES = {
     "in_flight_requests": "Async requests in flight",
@@ -43,6 +49,9 @@ _GAUGES = {
     "suspended_async_queue_full": "1 while the input waits because an async operator's queue is full",
     "suspended_barrier_alignment": "1 while some input channels wait for a checkpoint barrier on the others",
     "suspended_finishing": "1 while the ended input waits for the last requests and timers",
+    "service_concurrency_limit": "Calls the service may have in flight from the instance now (adaptive with capacity='auto')",
+    "service_breaker_state": "The service's circuit breaker: 0 closed, 1 open, 2 half-open",
+    "service_rate_limit": "The instance's share of the service's rate limit, in calls per second (0: none)",
 }
 
 _registry: dict[str, Any] = {}

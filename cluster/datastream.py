@@ -29,6 +29,7 @@ from actorflow.operators.async_wait_operator import AsyncWaitOperator
 from actorflow.operators.errors import ConfigurationError, UserFunctionError, describe_value
 from actorflow.operators.operator import FilterOperator, FlatMapOperator, MapOperator, StreamOperator
 from actorflow.operators.retry import RetryStrategy
+from actorflow.operators.service import AdaptiveCapacity, Service, check_breaker_fallback, slots_of
 
 from .job import CheckpointConfig, JobResult, run_job
 from .job_graph import JobGraph, OperatorNode, SourceNode
@@ -78,7 +79,7 @@ class DataStream:
         *,
         ordered: bool | Literal["key"] = True,
         order_key: Any = None,
-        capacity: int = 100,
+        capacity: int | Literal["auto"] | AdaptiveCapacity = 100,
         timeout_ms: int | None = None,
         retry: RetryStrategy | None = None,
         fallback: Callable[[Any], Sequence[Any]] | None = None,
@@ -89,6 +90,7 @@ class DataStream:
         queue_capacity: int | None = None,
         copy_inputs: CopyInputs = True,
         object_reuse: bool = False,
+        service: Service | None = None,
     ) -> S:
         """Enrich each record through ``fn``, with Flink's async I/O guarantees.
 
@@ -111,17 +113,24 @@ class DataStream:
         ``order_key`` (a column, a tuple of columns, or a function of the record): a key's
         records leave in input order while other keys overtake them. No mode moves a record
         across a watermark.
+
+        ``service`` (an ``af.Service``) says how the service behind ``fn`` may be called: calls
+        in flight (``capacity="auto"`` adapts them to its overload answers), a rate limit shared
+        by the instances, a circuit breaker; overload answers (429, 503) are sent again after
+        the service's ``Retry-After``. See the guide "Services that push back".
         """
         kind = _function_kind(fn)
         mode = async_mode(ordered, order_key)
         # Validate now (at construction), not in the actor at the first record.
+        service, capacity = slots_of(capacity, service)
         check_int("capacity", capacity, 1)
+        check_breaker_fallback(service, fallback)
         check_int("timeout_ms", timeout_ms, 1, optional=True)
         check_int("queue_capacity", queue_capacity, capacity, optional=True, minimum_is="capacity")
         check_int("max_tasks", max_tasks, 1)
         AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                           on_error=on_error, queue_capacity=queue_capacity, copy_inputs=copy_inputs,
-                          object_reuse=object_reuse, order_key=order_key)
+                          object_reuse=object_reuse, order_key=order_key, service=service)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
 
@@ -140,7 +149,7 @@ class DataStream:
             return AsyncWaitOperator(
                 function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                 on_error=on_error, copy_inputs=False if kind == "blocking" else copy_inputs, name=name,
-                queue_capacity=queue_capacity, object_reuse=object_reuse, order_key=order_key,
+                queue_capacity=queue_capacity, object_reuse=object_reuse, order_key=order_key, service=service,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism),

@@ -32,7 +32,7 @@ from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCo
 from .checkpoints.storage import CheckpointError, CheckpointStorage
 
 from .job_graph import JobGraph, SourceNode, Stage
-from .job_report import job_html, job_text
+from .job_report import OperatorSummary, job_html, job_text, operator_summaries
 from .pickling import explain_unpicklable
 from .progress import current_progress, reports_progress
 from .warm_workers import ACTOR_RUNTIME_ENV, end_top_ups, learn_actor_env, prestart_workers
@@ -82,6 +82,12 @@ class JobResult:
     def actor_processes(self) -> int:
         """The actors the job ran on: its operators' and sources', and its checkpoint coordinator."""
         return len(self.figures) + (self.checkpoints is not None)
+
+    @property
+    def operators(self) -> list[OperatorSummary]:
+        """Each operator's figures summed over its instances (sources first), with the figures
+        of the services its async operators call (``OperatorSummary.services``)."""
+        return operator_summaries(self.job, self.figures)
 
     def __repr__(self) -> str:
         return job_text(self)

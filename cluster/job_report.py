@@ -45,6 +45,9 @@ class OperatorSummary:
     last_watermark_ms: int | None = None  # the minimum over its instances that had one
     #: Late records of its windows by reason (``operators.windows.LateReason``), where any came.
     late_records: dict[str, int] = field(default_factory=dict)
+    #: Per service its async operators call (``af.Service``): the ``service_*`` figures, counters
+    #: summed over the instances, the concurrency limit summed, the breaker's worst state.
+    services: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[OperatorSummary]:
@@ -52,7 +55,7 @@ def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[Operator
 
     >>> operator_summaries("j", [{"name": "j/source[0/1]", "rows_sent": 5},
     ...                          {"name": "j/map+enrich[0/1]@2", "records_in": 5, "records_out": 4}])
-    [OperatorSummary(name='source', parallelism=1, records_in=None, records_out=5, dead_letters=0, retries=0, timeouts=0, last_watermark_ms=None, late_records={}), OperatorSummary(name='map+enrich', parallelism=1, records_in=5, records_out=4, dead_letters=0, retries=0, timeouts=0, last_watermark_ms=None, late_records={})]
+    [OperatorSummary(name='source', parallelism=1, records_in=None, records_out=5, dead_letters=0, retries=0, timeouts=0, last_watermark_ms=None, late_records={}, services={}), OperatorSummary(name='map+enrich', parallelism=1, records_in=5, records_out=4, dead_letters=0, retries=0, timeouts=0, last_watermark_ms=None, late_records={}, services={})]
     """
     operators: dict[str, OperatorSummary] = {}
     for figure in figures:
@@ -69,6 +72,10 @@ def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[Operator
         summary.dead_letters += int(figure.get("dead_letters", 0))
         summary.retries += int(figure.get("retries", 0))
         summary.timeouts += int(figure.get("timeouts", 0))
+        for service, figures_ in (figure.get("services") or {}).items():
+            total = summary.services.setdefault(service, {})
+            for k, v in figures_.items():
+                total[k] = max(total.get(k, 0), v) if k == "service_breaker_state" else total.get(k, 0) + v
         for reason in _LATE_REASONS:
             if figure.get(f"late_{reason}"):
                 summary.late_records[reason] = summary.late_records.get(reason, 0) + int(figure[f"late_{reason}"])
@@ -100,9 +107,29 @@ def job_text(result: "JobResult") -> str:
     watermark = _job_watermark(operators)
     if watermark is not None:
         parts.append(f"last watermark {_format_watermark(watermark)}")
+    parts.extend(_service_text(name, figures) for o in operators for name, figures in o.services.items())
     parts.append(_restarts(result.restarts))
     parts.append(f"checkpoints {_checkpoints(result.checkpoints)}")
     return f"JobResult({result.job!r}: {', '.join(parts)})"
+
+
+_BREAKER_STATES = {0: "closed", 1: "open", 2: "half-open"}
+
+
+def _service_text(name: str, figures: dict[str, float]) -> str:
+    """One service's figures in a few words.
+
+    >>> _service_text("geo", {"service_calls": 1020, "service_overloads": 20, "service_pauses": 20,
+    ...                       "service_breaker_opens": 0, "service_breaker_state": 0, "service_concurrency_limit": 11.5})
+    'service geo: 1,020 calls, 20 overloads, limit 11.5 in flight, breaker closed'
+    """
+    parts = [f"{int(figures.get('service_calls', 0)):,} calls", f"{int(figures.get('service_overloads', 0)):,} overloads",
+             f"limit {figures.get('service_concurrency_limit', 0):,.1f} in flight",
+             f"breaker {_BREAKER_STATES.get(int(figures.get('service_breaker_state', 0)), '?')}"]
+    opens = int(figures.get("service_breaker_opens", 0))
+    if opens:
+        parts[-1] += f" (opened {opens:,} times, {int(figures.get('service_breaker_rejections', 0)):,} records not sent)"
+    return f"service {name}: " + ", ".join(parts)
 
 
 def job_html(result: "JobResult") -> str:
@@ -118,6 +145,8 @@ def job_html(result: "JobResult") -> str:
         ("throughput", _text(throughput)),
         ("last watermark", _watermark_html(watermark)),
         ("dead letters", _text(f"{sum(o.dead_letters for o in operators):,}")),
+        *((f"service {name}", _text(_service_text(name, figures)[len(f"service {name}: "):]))
+          for o in operators for name, figures in o.services.items()),
         ("late records", _text(_late_records(result.figures) or "0")),
         ("restarts", _text(str(result.restarts)) + _failures_html(result.failures)),
         ("checkpoints", _text(_checkpoints(result.checkpoints))),

@@ -33,6 +33,7 @@ from .errors import RecordError, describe_value
 from .mailbox_processor import CoalescingInbox
 from .operator import OperatorContext, OperatorMetrics, no_fault_point
 from .retry import NoRetry, RetryStrategy
+from .service import ServiceGate
 from .timers import DeadlineQueue, TimerHandle
 
 __all__ = [
@@ -150,6 +151,7 @@ class _Operator(Protocol):
     retry: RetryStrategy
     completions: CoalescingInbox
     deadlines: DeadlineQueue
+    gate: ServiceGate | None
     _failed: RecordError | None  # set once a record failed the operator
 
     @property
@@ -265,6 +267,13 @@ class AttemptHandler:
             self.invoke()
 
     def invoke(self) -> None:
+        gate = self.op.gate
+        if gate is not None and not gate.admit(self):
+            return  # the gate calls it when the service may be called, or ends it
+        self.call()
+
+    def call(self) -> None:
+        """Call the user's function for the current attempt (the gate, if any, has let it through)."""
         attempt = self.attempt
         completions = self.op.completions
         try:
@@ -294,6 +303,9 @@ class AttemptHandler:
         # the outcome was decided (or after the operator failed), must not produce an outcome.
         if self.op._failed is not None or self.state is not _RUNNING or attempt != self.attempt:
             return  # (_failed: has_failed without the property's call, once per request)
+        gate = self.op.gate
+        if gate is not None and gate.call_ended(self, error):
+            return  # an overload answer: the gate sends the same attempt again
         if error is None and results is not None and self.checks_results:
             error = self.check_results(results)
             if error is not None:
@@ -341,14 +353,20 @@ class AttemptHandler:
             return
         self.time_out()
 
-    def time_out(self) -> None:
+    def time_out(self, count: bool = True) -> None:
+        """End the attempts at the deadline: the user's ``timeout()`` decides (``count``: as a
+        timeout in the metrics; not for a record the circuit breaker sends there)."""
         if self.retry_timer is not None:
             self.retry_timer.cancel()
             self.retry_timer = None
         if self.future is not None:
             self.future.abandon()
+        gate = self.op.gate
+        if gate is not None:
+            gate.forget(self, cut_off=self.future is not None)
         self.state = _TIMING_OUT
-        self.op.metrics.timeouts += 1
+        if count:
+            self.op.metrics.timeouts += 1
         completions = self.op.completions
 
         def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
@@ -377,8 +395,22 @@ class AttemptHandler:
         else:
             self.finish(_FALLBACK, results)
 
+    def on_circuit_open(self, attempt: int, error: BaseException) -> None:
+        """The service's circuit breaker is open: the attempt ends without a call, in the
+        fallback (the user's ``timeout()``) or in ``error``, as the breaker says."""
+        if self.op.has_failed or self.state is not _RUNNING or attempt != self.attempt:
+            return
+        gate = self.op.gate
+        if gate is not None and gate.service.breaker is not None and gate.service.breaker.when_open == "fallback":
+            self.time_out(count=False)
+        else:
+            self.finish(_FAILURE, error)
+
     def finish(self, kind: Outcome, payload: Any) -> None:
         self.state = _DONE
+        gate = self.op.gate
+        if gate is not None:
+            gate.forget(self)
         self.future = None  # its delivery closure refers back to this handler
         timer = self.timeout_timer
         if timer is not None:

@@ -38,6 +38,7 @@ from .key_ordered_queue import KeyOrderedQueue, order_key_of
 from .ordered_queue import OrderedQueue
 from .request_keys import RequestKey, key_text
 from .retry import NoRetry, RetryStrategy
+from .service import ServiceGate
 from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 from .timers import DeadlineQueue
 from .unordered_queue import UnorderedQueue
@@ -72,6 +73,10 @@ class AsyncQueueOperator(StreamOperator):
     ``_try_start_new`` for a record that needs no ``Pending``), and call ``_complete_entry`` once
     per record with its outcome.
     """
+
+    #: The gate of the service the operator calls (``service.ServiceGate``), made at open() when
+    #: the operator has a ``Service``; None: every attempt calls at once.
+    gate: ServiceGate | None = None
 
     def __init__(
         self,

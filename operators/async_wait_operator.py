@@ -53,6 +53,7 @@ from .errors import ConfigurationError, RecordError
 from .operator import no_fault_point
 from .request_keys import RequestKey, key_text
 from .retry import RetryStrategy
+from .service import AdaptiveCapacity, Service, ServiceGate, slots_of
 from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 
 __all__ = ["AsyncWaitOperator", "DEAD_LETTER", "DeadLetter", "async_wait"]
@@ -137,7 +138,7 @@ class _CoroutineRequest(_RecordRequest):
 
     __slots__ = ("inputs",)
 
-    def invoke(self) -> None:
+    def call(self) -> None:
         op, record = self.op, self.record
         copy = op.copy_input
         try:
@@ -192,7 +193,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
         function: AsyncFunction | Any,
         *,
         mode: Literal["ordered", "unordered", "key_ordered"] = "ordered",
-        capacity: int = 100,
+        capacity: int | Literal["auto"] | AdaptiveCapacity = 100,
         timeout_ms: int | None = None,
         retry: RetryStrategy | None = None,
         on_error: Literal["fail", "dead_letter"] = "fail",
@@ -201,11 +202,14 @@ class AsyncWaitOperator(AsyncQueueOperator):
         queue_capacity: int | None = None,
         object_reuse: bool = False,
         order_key: Any = None,
+        service: Service | None = None,
     ) -> None:
         super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
                          object_reuse=object_reuse, order_key=order_key)
-        if not isinstance(capacity, int) or capacity <= 0:
-            raise ConfigurationError(f"capacity must be > 0, got {capacity!r}")
+        # With capacity="auto", the records in flight: as many as the adaptive limit may reach.
+        self.service, capacity = slots_of(capacity, service)
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= 0:
+            raise ConfigurationError(f"capacity must be an int > 0 or 'auto', got {capacity!r}")
         if queue_capacity is not None and (not isinstance(queue_capacity, int) or queue_capacity < capacity):
             raise ConfigurationError(f"queue_capacity must be an int >= capacity ({capacity}), got {queue_capacity!r}")
         self.function = as_async_function(function)
@@ -216,6 +220,7 @@ class AsyncWaitOperator(AsyncQueueOperator):
 
     def initialize_state(self, state: Any | None) -> None:
         self._restore_items("async_wait", state)
+        self._restored_service = state.get("service") if isinstance(state, dict) else None
 
     def open(self) -> None:
         self._open_queue(self.queue_capacity)
@@ -230,6 +235,13 @@ class AsyncWaitOperator(AsyncQueueOperator):
             self._coroutine, self._runner_submit = coroutine, runner.submit
             self._finish = self.function.direct_finish()
             self._request_type = _CoroutineRequest
+        self.gate = None
+        if self.service is not None:
+            self.gate = ServiceGate(self.service, self.context.processing_time, self.completions.put,
+                                    capacity=self.capacity, parallelism=self.context.parallelism, name=self.name)
+            restored = getattr(self, "_restored_service", None)
+            if restored is not None:
+                self.gate.restore(restored)
         self._replay_restored()
 
     def close(self) -> None:
@@ -273,7 +285,10 @@ class AsyncWaitOperator(AsyncQueueOperator):
                     handler.remaining_ms(now), handler.retry_in_ms(now), entry.record.origin, key_text(entry.key),
                 ))
         items.extend(self._snapshot_waiting())
-        return versioned("async_wait", {"items": items, "sequence": self._sequence})
+        body: dict[str, Any] = {"items": items, "sequence": self._sequence}
+        if self.gate is not None:
+            body["service"] = self.gate.snapshot()
+        return versioned("async_wait", body)
 
     # ------------------------------------------------------------------ internals
 
@@ -303,7 +318,7 @@ def async_wait(
     function: AsyncFunction | Any,
     *,
     mode: Literal["ordered", "unordered", "key_ordered"] = "ordered",
-    capacity: int = 100,
+    capacity: int | Literal["auto"] | AdaptiveCapacity = 100,
     timeout_ms: int | None = None,
     retry: RetryStrategy | None = None,
     on_error: Literal["fail", "dead_letter"] = "fail",
@@ -312,6 +327,7 @@ def async_wait(
     copy_inputs: CopyInputs = True,
     object_reuse: bool = False,
     order_key: Any = None,
+    service: Service | None = None,
 ) -> AsyncWaitOperator:
     """Build an async I/O operator.
 
@@ -319,6 +335,9 @@ def async_wait(
     bounds the requests in flight; ``queue_capacity`` (default ``capacity``) the elements queued.
     ``mode="key_ordered"`` needs ``order_key``: a column of a dict record, a tuple of columns, or
     a function of the record's value.
+    ``service`` (a ``Service``) says how the service may be called: calls in flight, a rate
+    limit, a circuit breaker (see ``service``); ``capacity="auto"`` is short for
+    ``Service(capacity="auto")``, whose ceiling then bounds the records in flight.
     ``copy_inputs`` (see the module docstring) says how each attempt's input is copied;
     ``object_reuse=True`` keeps the caller's object instead of a copy of it: the caller must not
     change an object it has handed on.
@@ -332,4 +351,5 @@ def async_wait(
     return AsyncWaitOperator(
         function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name,
         queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse, order_key=order_key,
+        service=service,
     )

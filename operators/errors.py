@@ -9,6 +9,7 @@ Every error the project raises derives from ``ActorflowError``::
     ├── MailboxThreadError        a mailbox-thread-only method called from another thread
     ├── RecordError               one record could not be processed; names the operator and record
     │   ├── AsyncTimeoutError     an async request ran past its deadline
+    │   ├── CircuitOpenError      a record not sent: its service's circuit breaker was open
     │   ├── UserFunctionError     a user function raised
     │   └── ResultTypeError       a user function returned something of the wrong type or shape
     ├── SchemaError               data that does not match the declared schema (null event time, ...)
@@ -26,6 +27,7 @@ from typing import Any
 __all__ = [
     "ActorflowError",
     "AsyncTimeoutError",
+    "CircuitOpenError",
     "ConfigurationError",
     "ForeignError",
     "JobFailedError",
@@ -111,6 +113,10 @@ def _rebuild_record_error(
 
 class AsyncTimeoutError(RecordError, TimeoutError):
     """An async request had no result before its deadline."""
+
+
+class CircuitOpenError(RecordError):
+    """A record was not sent: the circuit breaker of its service was open (``Service(breaker=...)``)."""
 
 
 class UserFunctionError(RecordError):

@@ -17,7 +17,9 @@ is ``None``)::
 
     async_wait  {"format": "async_wait", "version": 3, "sequence": n,
                  "items": [("record", value, timestamp_ms, attempt, remaining_ms, retry_in_ms, origin, key)
-                           | ("watermark", timestamp_ms) | ("status", idle), ...]}   # in emission order
+                           | ("watermark", timestamp_ms) | ("status", idle), ...],  # in emission order
+                 "service": {"limit": calls, "slow_start": bool, "known_max": calls, "paused_ms": ms,
+                             "open_ms": ms | None}}   # only with a Service (operators.service)
     async_batch {"format": "async_batch", "version": 3, "sequence": n, "flush_remaining_ms": ms | None,
                  "items": [("record", value, timestamp_ms, batch, origin, key) | ("watermark", timestamp_ms)
                            | ("status", idle), ...],
@@ -60,6 +62,10 @@ the barriers, the output they overtook, the side outputs) is plain data too, sin
 A window is ``("time", start_ms, end_ms)`` or ``("global",)``; ``origin`` is a tuple of ints or
 None, ``key`` (of a request) a str. Times are ints of milliseconds; ``remaining_ms`` counts from
 the snapshot, so a restore on another machine's clock keeps each element's deadline.
+
+An async_wait state's ``"service"`` is optional within version 3: a state without it restores
+with the gate's defaults, and a release that ignores it restores the records and forgets only
+the learned limit, a pause and an open breaker, which the service will ask for again.
 
 Version 2 added the ``("status", idle)`` items (a watermark status queued behind the records
 before it) and the window's ``"closed_sessions"`` (sessions already emitted and cleaned up, which a

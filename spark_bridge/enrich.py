@@ -24,6 +24,7 @@ from actorflow.operators.async_attempt import CopyInputs
 from actorflow.operators.async_function import CoroutineFunction, awaitable_hint, reject_async_generator
 from actorflow.operators.errors import ConfigurationError, ResultTypeError, describe_value
 from actorflow.operators.retry import RetryStrategy
+from actorflow.operators.service import AdaptiveCapacity, Service, slots_of
 
 from .interrupts import interruptible
 from .session import check_dataframe
@@ -44,7 +45,7 @@ def enrich(
     output_schema: Any = None,
     ordered: bool | Literal["key"] = True,
     order_key: Any = None,
-    capacity: int = 100,
+    capacity: int | Literal["auto"] | AdaptiveCapacity = 100,
     timeout_ms: int | None = 30_000,
     retry: RetryStrategy | None = None,
     fallback: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -60,6 +61,7 @@ def enrich(
     resume_from: str | None = None,
     overwrite: bool = False,
     object_reuse: bool = True,
+    service: Service | None = None,
 ) -> "DataFrame | tuple[DataFrame, DataFrame]":
     """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
 
@@ -106,10 +108,16 @@ def enrich(
     rate counts from the call's start. It ends at 100 % as ``<job> · done``, and stays so in a
     saved notebook; a call that fails leaves it where it stopped, as ``failed in <phase>``.
 
+    ``service`` (an ``af.Service``) says how the service behind ``fn`` may be called: calls in
+    flight (``capacity="auto"`` adapts them to its overload answers), a rate limit for all the
+    instances, a circuit breaker; an overload answer (429, 503) is sent again after the
+    service's ``Retry-After``, and pauses every call of the instance until then.
+
     ``object_reuse=True``, the default here, skips the copy the async operator would keep of each
     row it takes in: each row is made fresh from Arrow and nothing else holds it. (The function's
     own copy of its argument is ``copy_inputs``.)
     """
+    service, capacity = _service_slots(capacity, service, batch_size)
     fallback_fn = _checked(fn, fallback, capacity=capacity, timeout_ms=timeout_ms, parallelism=parallelism,
                            queue_capacity=queue_capacity, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms,
                            checkpoint_interval_ms=checkpoint_interval_ms)
@@ -129,7 +137,7 @@ def enrich(
             from_spark(df, parallelism=parallelism, job_name=job_name), fn, output_schema, fallback_fn, ordered=ordered,
             order_key=order_key, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
             queue_capacity=queue_capacity,
-            batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse)
+            batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse, service=service)
         source = weakref.ref(stream.graph.source)
         try:
             return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
@@ -153,7 +161,7 @@ def enrich_stream(
     output_schema: Any = None,
     ordered: bool | Literal["key"] = True,
     order_key: Any = None,
-    capacity: int = 100,
+    capacity: int | Literal["auto"] | AdaptiveCapacity = 100,
     timeout_ms: int | None = 30_000,
     retry: RetryStrategy | None = None,
     fallback: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -167,6 +175,7 @@ def enrich_stream(
     checkpoint_interval_ms: int | None = 1_000,
     object_reuse: bool = True,
     dead_letters: str | None = None,
+    service: Service | None = None,
 ) -> StreamingRun:
     """``enrich()`` for a streaming DataFrame (``spark.readStream``): start a query that enriches
     every row of every micro-batch with ``fn`` and writes the result to Parquet files under
@@ -185,6 +194,7 @@ def enrich_stream(
     >>> query = enrich_stream(clicks, segment, "/data/enriched", checkpoint_location="/chk/enriched")  # doctest: +SKIP
     >>> query.await_termination()                                                                      # doctest: +SKIP
     """
+    service, capacity = _service_slots(capacity, service, batch_size)
     fallback_fn = _checked(fn, fallback, capacity=capacity, timeout_ms=timeout_ms, parallelism=parallelism,
                            queue_capacity=queue_capacity, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms,
                            checkpoint_interval_ms=checkpoint_interval_ms)
@@ -195,7 +205,7 @@ def enrich_stream(
         from_spark(df, parallelism=parallelism, job_name=job_name), fn, output_schema, fallback_fn, ordered=ordered,
         order_key=order_key, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
         queue_capacity=queue_capacity,
-        batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse)
+        batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse, service=service)
     return stream.write_stream(path, checkpoint_location=checkpoint_location, foreach_batch=foreach_batch,
                                output_schema=schema, processing_time=processing_time,
                                checkpoint_interval_ms=checkpoint_interval_ms, dead_letters=dead_letters)
@@ -210,6 +220,15 @@ def check_order_key(order_key: Any, schema: pa.Schema) -> None:
     if missing:
         raise ConfigurationError(f"order_key names {missing[0]!r}, which is not a column of the input; its columns "
                                  f"are {schema.names}")
+
+
+def _service_slots(capacity: Any, service: Any, batch_size: int | None) -> tuple[Service | None, int]:
+    """The ``Service`` of ``enrich()`` and the rows it holds in flight (``service.slots_of``)."""
+    resolved, slots = slots_of(capacity, service)
+    if resolved is not None and batch_size is not None:
+        raise ConfigurationError("service= and capacity='auto' call the service one row at a time; with batch_size, "
+                                 "give capacity as an int (batches in flight) and no service")
+    return resolved, slots
 
 
 def _checked(fn: Any, fallback: Any, **numbers: Any) -> Callable[[dict[str, Any]], Any] | None:
@@ -241,6 +260,7 @@ def _enriched(
     order_key: Any, capacity: int,
     timeout_ms: int | None, retry: RetryStrategy | None, on_error: Literal["fail", "dead_letter"],
     queue_capacity: int | None, batch_size: int | None, batch_timeout_ms: int | None, object_reuse: bool,
+    service: Service | None = None,
 ) -> tuple[SparkDataStream, pa.Schema | None]:
     """``stream`` with enrich()'s operator, and the output's schema from ``output_schema``."""
     schema = to_arrow_schema(output_schema)
@@ -260,7 +280,7 @@ def _enriched(
     return stream.async_map(
         _merge_rows(cast(Callable[[dict[str, Any]], Any], fn)), ordered=ordered, order_key=order_key, capacity=capacity,
         timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error, name="enrich",
-        copy_inputs=copy_inputs, object_reuse=object_reuse,
+        copy_inputs=copy_inputs, object_reuse=object_reuse, service=service,
         queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
     ), schema
 

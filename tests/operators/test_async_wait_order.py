@@ -281,7 +281,7 @@ def test_chain_map_then_async_then_map():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"capacity": 0}, "capacity must be > 0, got 0"),
+        ({"capacity": 0}, "capacity must be an int > 0 or 'auto', got 0"),
         ({"mode": "sorted"}, "mode must be 'ordered', 'unordered' or 'key_ordered', got 'sorted'"),
         ({"timeout_ms": -5}, "timeout_ms must be an int > 0 or None, got -5"),
         ({"on_error": "ignore"}, "on_error must be 'fail' or 'dead_letter', got 'ignore'"),

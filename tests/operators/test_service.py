@@ -1,0 +1,389 @@
+"""Async I/O that knows its service: calls in flight, a rate limit, overload answers with
+Retry-After, adaptive capacity and a circuit breaker, each record with exactly one outcome."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actorflow.operators import DEAD_LETTER, ConfigurationError, OperatorHarness, async_wait
+from actorflow.operators.service import AdaptiveCapacity, CircuitBreaker, RateLimit, Service, ServiceOverloaded, overload_of
+
+from .scripted import Scripted
+
+
+class HTTPError(Exception):
+    """An HTTP client's error, as aiohttp's and requests' carry the status and the headers."""
+
+    def __init__(self, status: int, headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.headers = headers or {}
+
+
+def _gated(service: Service, *, fallback=None, **options):
+    fn = Scripted(fallback=fallback)
+    options.setdefault("capacity", 100)
+    options.setdefault("mode", "unordered")
+    h = OperatorHarness(async_wait(fn, service=service, **options))
+    return fn, h
+
+
+def _feed(h, values, start_ts=0):
+    for i, v in enumerate(values):
+        h.process_element(v, timestamp_ms=start_ts + i)
+
+
+# ----------------------------------------------------------------------- overload answers
+
+
+def test_overload_answers_are_recognised_by_status_and_retry_after():
+    assert overload_of(HTTPError(429, {"Retry-After": "1.5"})) == 1.5
+    assert overload_of(HTTPError(503)) == 0.0
+    assert overload_of(HTTPError(429, {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"})) == 0.0
+    assert overload_of(HTTPError(404)) is None
+    assert overload_of(ServiceOverloaded(retry_after_s=0.25)) == 0.25
+    assert overload_of(ValueError("bad")) is None
+
+
+# ----------------------------------------------------------------------- capacity
+
+
+def test_a_fixed_service_capacity_bounds_the_calls_in_flight_below_the_records_in_flight():
+    fn, h = _gated(Service(capacity=2), capacity=10)
+    _feed(h, "abcde")
+    assert [v for v, _ in fn.calls] == ["a", "b"]  # five records in, two calls out
+    fn.complete("b")
+    h.run_until_idle()
+    assert [v for v, _ in fn.calls] == ["a", "b", "c"]
+    for v in "acde":
+        if v in fn.in_flight():
+            fn.complete(v)
+        h.run_until_idle()
+    for v in fn.in_flight():
+        fn.complete(v)
+    h.run_until_idle()
+    assert sorted(h.output_values()) == list("abcde")
+    assert len(fn.calls) == 5
+
+
+def test_capacity_auto_starts_low_and_grows_while_calls_succeed():
+    fn, h = _gated(Service(capacity=AdaptiveCapacity(initial=2, ceiling=16)))
+    op = h.chain.operators[0]
+    assert op.capacity == 100  # records in flight; the calls stay under the ceiling
+    _feed(h, range(100))
+    assert len(fn.in_flight()) == 2
+    for _ in range(3):
+        for v in list(fn.in_flight()):
+            fn.complete(v)
+        h.run_until_idle()
+    # Slow start: one more per success, so the window doubled each round until the ceiling.
+    assert op.gate.limit == 16
+    assert len(fn.in_flight()) == 16
+
+
+def test_an_overload_answer_lowers_the_adaptive_limit_once_per_round_trip():
+    fn, h = _gated(Service(capacity=AdaptiveCapacity(initial=10, ceiling=10, backoff=0.5)))
+    _feed(h, range(30))
+    gate = h.chain.operators[0].gate
+    assert len(fn.in_flight()) == 10
+    for v in range(5):  # five overload answers to calls sent before the first decrease
+        fn.fail(v, HTTPError(429))
+    h.run_until_idle()
+    assert gate.limit == 5.0  # lowered once, not five times
+    assert len(fn.in_flight()) == 5
+    assert sorted(fn.in_flight()) == [5, 6, 7, 8, 9]  # 0..4 wait to be sent again
+    fn.complete(5)
+    h.run_until_idle()
+    assert fn.calls[-1] == (0, 2)  # 0 goes first again
+    fn.fail(0, HTTPError(503))  # sent after the decrease: lowers it again
+    h.run_until_idle()
+    assert gate.limit == pytest.approx((5 + 1 / 5) * 0.5)  # the success before it added 1 / limit
+    assert gate.metrics.overloads == 6
+
+
+def test_after_an_overload_the_limit_holds_under_it_then_probes_faster_each_round_trip():
+    adaptive = AdaptiveCapacity(initial=20, ceiling=200, backoff=0.5, probe_after_s=1.0)
+    fn, h = _gated(Service(capacity=adaptive), capacity=200)
+    _feed(h, range(2_000))
+    gate = h.chain.operators[0].gate
+    fn.fail(0, HTTPError(429))  # at 20: the service took no more
+    h.run_until_idle()
+    assert gate.limit == 10.0
+
+    def round_trip():
+        for v in list(fn.in_flight()):
+            fn.complete(v)
+        h.run_until_idle()
+
+    for _ in range(40):
+        round_trip()
+    assert gate.limit == 19.0  # back to one under the limit that met the overload, and held there
+    h.set_processing_time(1_000)  # a second without an overload: probe above it
+    limits = []
+    for _ in range(5):
+        round_trip()
+        limits.append(round(gate.limit, 1))
+    steps = [b - a for a, b in zip([19.0, *limits], limits)]
+    assert all(later > earlier for earlier, later in zip(steps, steps[1:])), limits  # faster each round trip
+    assert limits[-1] > 40
+
+
+def test_capacity_auto_is_short_for_a_service_with_adaptive_capacity():
+    op = async_wait(Scripted(), capacity="auto")
+    assert op.service.capacity == AdaptiveCapacity() and op.capacity == AdaptiveCapacity().ceiling
+    with pytest.raises(ConfigurationError, match="both set the calls in flight"):
+        async_wait(Scripted(), capacity="auto", service=Service(capacity=4))
+    with pytest.raises(ConfigurationError, match="floor <= initial <= ceiling"):
+        AdaptiveCapacity(initial=300, ceiling=256)
+    with pytest.raises(ConfigurationError, match="capacity must be an int > 0 or 'auto'"):
+        async_wait(Scripted(), capacity="lots")
+
+
+# ------------------------------------------------------------ overload answers sent again
+
+
+def test_an_overload_with_retry_after_pauses_every_call_and_sends_the_record_again_without_an_attempt():
+    fn, h = _gated(Service(capacity=3), retry=None, on_error="dead_letter")
+    _feed(h, "abcd")
+    assert fn.in_flight() == ["a", "b", "c"]
+    fn.fail("b", HTTPError(429, {"Retry-After": "2"}))
+    fn.complete("a")
+    h.run_until_idle()
+    # "a" freed a slot and "b" must go again, but the whole service pauses for 2 s.
+    assert [v for v, _ in fn.calls] == ["a", "b", "c"]
+    h.set_processing_time(1_999)
+    assert len(fn.calls) == 3
+    h.set_processing_time(2_000)
+    assert [v for v, _ in fn.calls] == ["a", "b", "c", "b", "d"]  # b first: it keeps its place
+    fn.complete("b")
+    fn.complete("c")
+    fn.complete("d")
+    h.run_until_idle()
+    assert sorted(h.output_values()) == list("abcd")
+    assert h.side_output(DEAD_LETTER) == []
+    op = h.chain.operators[0]
+    assert op.metrics.retries == 0 and op.gate.metrics.pauses == 1 and op.gate.metrics.overloads == 1
+
+
+def test_past_its_overload_retries_an_overload_answer_is_a_failure_with_its_error():
+    fn, h = _gated(Service(capacity=1, overload_retries=2), on_error="dead_letter")
+    h.process_element("a", timestamp_ms=1)
+    for _ in range(3):
+        fn.fail("a", ServiceOverloaded("busy"))
+        h.run_until_idle()
+    [letter] = h.side_output(DEAD_LETTER)
+    assert letter.value == "a" and letter.error_type == "ServiceOverloaded" and letter.attempts == 1
+    assert len(fn.calls) == 3
+
+
+def test_a_deadline_ends_a_record_that_waits_in_the_gate_without_calling():
+    fn, h = _gated(Service(capacity=1), fallback=lambda v: f"{v}-late", timeout_ms=100)
+    _feed(h, "ab")
+    assert fn.in_flight() == ["a"]
+    h.set_processing_time(100)  # both deadlines pass: "a" is cut off, "b" never left
+    assert sorted(h.output_values()) == ["a-late", "b-late"]
+    assert [v for v, _ in fn.calls] == ["a"]
+    assert h.chain.operators[0].gate.in_flight == 0
+    h.process_element("c", timestamp_ms=5)
+    assert fn.in_flight() == ["c"]  # the slot of the cut-off call is free again
+
+
+# ----------------------------------------------------------------------- rate limit
+
+
+def test_a_rate_limit_spaces_the_calls_with_no_burst_at_the_start():
+    fn, h = _gated(Service(rate_limit=RateLimit(600, per="minute")))  # 10 per second
+    _feed(h, range(25))
+    assert fn.calls == []  # no tokens yet: no burst at the start
+    starts = []
+    for now in range(0, 2_001, 10):
+        h.set_processing_time(now)
+        starts += [now] * (len(fn.calls) - len(starts))
+        for v in fn.in_flight():
+            fn.complete(v)
+        h.run_until_idle()
+    assert len(fn.calls) == 20  # 10 per second, for 2 s
+    assert all(b - a >= 100 for a, b in zip(starts, starts[1:]))
+
+
+def test_the_rate_limit_is_split_between_the_instances():
+    op = async_wait(Scripted(), service=Service(rate_limit=100))
+    h = OperatorHarness(op)
+    h.chain.operators[0].context.parallelism = 4
+    h.open()
+    assert op.gate.metrics.rate_per_s == 25
+
+
+# ---------------------------------------------------------------------- circuit breaker
+
+
+def _breaker(when_open: str, **options):
+    return Service(breaker=CircuitBreaker(failures=3, window_s=10, open_s=5, probes=1, when_open=when_open), **options)
+
+
+def test_the_breaker_opens_after_failures_in_its_window_and_ends_records_without_calls():
+    fn, h = _gated(_breaker("fail"), on_error="dead_letter")
+    _feed(h, "abc")
+    for v in "abc":
+        fn.fail(v, ConnectionError("refused"))
+    h.run_until_idle()
+    _feed(h, "de", start_ts=10)
+    letters = h.side_output(DEAD_LETTER)
+    assert [d.value for d in letters] == ["a", "b", "c", "d", "e"]
+    assert [d.error_type for d in letters[3:]] == ["CircuitOpenError"] * 2
+    assert "circuit breaker" in letters[3].error
+    assert [v for v, _ in fn.calls] == ["a", "b", "c"]  # d and e never reached the service
+    gate = h.chain.operators[0].gate
+    assert gate.metrics.breaker_opens == 1 and gate.metrics.breaker_rejections == 2 and gate.metrics.breaker_state == 1
+
+
+def test_half_open_lets_one_probe_through_and_its_success_closes_the_breaker():
+    fn, h = _gated(_breaker("wait"), on_error="dead_letter")
+    _feed(h, "abc")
+    for v in "abc":
+        fn.fail(v, ConnectionError())
+    h.run_until_idle()
+    _feed(h, "defg", start_ts=10)
+    assert len(fn.calls) == 3  # open: d..g wait
+    h.set_processing_time(5_000)
+    assert [v for v, _ in fn.calls][3:] == ["d"]  # one probe
+    gate = h.chain.operators[0].gate
+    assert gate.metrics.breaker_state == 2 and gate.metrics.probes == 1
+    fn.complete("d")
+    h.run_until_idle()
+    assert gate.metrics.breaker_state == 0
+    assert [v for v, _ in fn.calls][3:] == ["d", "e", "f", "g"]
+    for v in "efg":
+        fn.complete(v)
+    h.run_until_idle()
+    assert sorted(h.output_values()) == list("defg")
+
+
+def test_a_failed_probe_opens_the_breaker_again():
+    fn, h = _gated(_breaker("wait"), on_error="dead_letter")
+    _feed(h, "abc")
+    for v in "abc":
+        fn.fail(v, ConnectionError())
+    h.run_until_idle()
+    h.process_element("d", timestamp_ms=10)
+    h.set_processing_time(5_000)
+    fn.fail("d", ConnectionError())
+    h.run_until_idle()
+    gate = h.chain.operators[0].gate
+    assert gate.metrics.breaker_state == 1 and gate.metrics.breaker_opens == 2
+    h.process_element("e", timestamp_ms=11)
+    h.set_processing_time(9_999)
+    assert [v for v, _ in fn.calls] == list("abcd")
+    h.set_processing_time(10_000)
+    assert [v for v, _ in fn.calls] == list("abcde")
+
+
+def test_with_when_open_fallback_an_open_breaker_answers_with_the_fallback_and_counts_no_timeout():
+    fn, h = _gated(_breaker("fallback"), fallback=lambda v: f"{v}-fallback", on_error="dead_letter")
+    _feed(h, "abc")
+    for v in "abc":
+        fn.fail(v, ConnectionError())
+    h.run_until_idle()
+    h.process_element("d", timestamp_ms=10)
+    assert h.output_values() == ["d-fallback"]
+    op = h.chain.operators[0]
+    assert op.metrics.timeouts == 0 and op.gate.metrics.breaker_rejections == 1
+
+
+def test_errors_the_breaker_does_not_count_leave_it_closed():
+    not_found = CircuitBreaker(failures=2, counts=lambda e: not isinstance(e, KeyError))
+    fn, h = _gated(Service(breaker=not_found), on_error="dead_letter")
+    _feed(h, "abc")
+    for v in "abc":
+        fn.fail(v, KeyError(v))
+    h.run_until_idle()
+    h.process_element("d", timestamp_ms=9)
+    assert fn.in_flight() == ["d"]
+
+
+# ----------------------------------------------------------------------- snapshots
+
+
+def test_a_snapshot_holds_the_records_waiting_in_the_gate_and_the_pause_survives_a_restore():
+    fn, h = _gated(Service(capacity=2), on_error="dead_letter")
+    _feed(h, "abcd")
+    fn.fail("a", HTTPError(429, {"Retry-After": "3"}))
+    h.run_until_idle()
+    h.set_processing_time(1_000)
+    snapshot = h.snapshot()
+    h.close()
+
+    fn2, h2 = _gated(Service(capacity=2), on_error="dead_letter")
+    h2.restore(snapshot)
+    h2.set_processing_time(1_000)
+    h2.open()
+    # b was in flight and a waited to go again: the pause has 2 s left, and both wait for it.
+    assert fn2.calls == []
+    h2.set_processing_time(3_000)
+    assert sorted(v for v, _ in fn2.calls) == ["a", "b"]
+    for _ in range(2):
+        for v in fn2.in_flight():
+            fn2.complete(v)
+        h2.run_until_idle()
+    assert sorted(h2.output_values()) == list("abcd")
+
+
+def test_the_learned_limit_survives_a_restore():
+    fn, h = _gated(Service(capacity=AdaptiveCapacity(initial=8, ceiling=32, backoff=0.5)))
+    _feed(h, range(8))
+    fn.fail(0, HTTPError(429))
+    h.run_until_idle()
+    snapshot = h.snapshot()
+    fn2, h2 = _gated(Service(capacity=AdaptiveCapacity(initial=8, ceiling=32, backoff=0.5)))
+    h2.restore(snapshot)
+    h2.open()
+    assert h2.chain.operators[0].gate.limit == 4.0
+    assert len(fn2.in_flight()) == 4
+
+
+# ------------------------------------------------------------------ one outcome each
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_every_record_gets_one_outcome_and_the_gate_holds_its_bounds(seed):
+    rng = random.Random(seed)
+    breaker = CircuitBreaker(failures=4, window_s=1, open_s=0.2, when_open=rng.choice(["fail", "wait", "fallback"]))
+    service = Service(capacity=AdaptiveCapacity(initial=3, ceiling=12), rate_limit=200, breaker=breaker,
+                      overload_retries=rng.choice([0, 2, 5]))
+    fn, h = _gated(service, fallback=lambda v: -v - 1, on_error="dead_letter", timeout_ms=rng.choice([None, 300]))
+    h.open()
+    gate = h.chain.operators[0].gate
+    n = 60
+    fed, now = 0, 0
+    while True:
+        if fed < n and rng.random() < 0.4:
+            h.process_element(fed, timestamp_ms=fed)
+            fed += 1
+        in_flight = fn.in_flight()
+        assert gate.in_flight <= int(gate.limit) or gate.in_flight <= len(in_flight)
+        assert gate.in_flight == len(in_flight)
+        if in_flight and rng.random() < 0.6:
+            v = rng.choice(in_flight)
+            roll = rng.random()
+            if roll < 0.6:
+                fn.complete(v)
+            elif roll < 0.8:
+                fn.fail(v, HTTPError(429, {"Retry-After": rng.choice(["0", "0.05"])}))
+            else:
+                fn.fail(v, ConnectionError())
+            h.run_until_idle()
+        else:
+            now += rng.choice([1, 5, 20, 100])
+            h.set_processing_time(now)
+        out = len(h.output_values()) + len(h.side_output(DEAD_LETTER))
+        if fed == n and out == n:
+            break
+        assert now < 600_000, "records were left without an outcome"
+    keys = [v if v >= 0 else -v - 1 for v in h.output_values()] + [d.value for d in h.side_output(DEAD_LETTER)]
+    assert sorted(keys) == list(range(n))  # each record once: no loss, no duplicate
+    assert gate.in_flight == 0
