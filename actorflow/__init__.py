@@ -61,6 +61,8 @@ _ENTRY_POINTS = {
     "AdaptiveCapacity": "actorflow.operators.service",
     "RateLimit": "actorflow.operators.service",
     "CircuitBreaker": "actorflow.operators.service",
+    "LookupCache": "actorflow.operators.service",
+    "Hedge": "actorflow.operators.service",
     "ServiceOverloaded": "actorflow.operators.service",
 }
 _NAMESPACES = ("errors", "retry", "testing", "windows")
@@ -77,7 +79,15 @@ if TYPE_CHECKING:
     from .operators.async_wait_operator import DeadLetter
     from .operators.errors import ActorflowError
     from .operators.request_keys import current_request_key, current_request_keys
-    from .operators.service import AdaptiveCapacity, CircuitBreaker, RateLimit, Service, ServiceOverloaded
+    from .operators.service import (
+        AdaptiveCapacity,
+        CircuitBreaker,
+        Hedge,
+        LookupCache,
+        RateLimit,
+        Service,
+        ServiceOverloaded,
+    )
     from .spark_bridge.enrich import enrich, enrich_async, enrich_stream
     from .spark_bridge.session import ensure_ray, spark_session, stop_spark
     from .spark_bridge.spark_cluster import on_spark_cluster

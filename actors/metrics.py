@@ -34,6 +34,10 @@ _COUNTERS = {
     "service_breaker_opens": "Times the service's circuit breaker opened",
     "service_breaker_rejections": "Attempts ended without a call because the breaker was open",
     "service_probes": "Calls let through while the breaker was half-open",
+    "service_cache_hits": "Records answered from the lookup cache, without a call",
+    "service_merged": "Records that waited for a call in flight for the same key instead of calling",
+    "service_hedges": "Second calls started for slow calls (Hedge)",
+    "service_hedge_wins": "Second calls that answered before the first",
 }
 _GAUGES = {
     "in_flight_requests": "Async requests in flight",

@@ -18,8 +18,11 @@ measured in the same run:
   breaker was open (after the first ones that opened it) ÷ the breaker's probes, and the seconds
   from the service's return to the first successful call.
 
-The lookup cache, hedged requests and key-ordered mode are not measured here (key-ordered mode
-is in ``benchmarks.enrich``).
+- **Hedging** on a slow tail (3 % of calls 1 s slower): p99 of a row's latency (from its first
+  call) with ``Hedge(percentile=0.95)`` ÷ without, and the second calls per row.
+- **The lookup cache** on Zipf-distributed keys: calls ÷ unique keys, and throughput ÷ no cache.
+- **Key-ordered mode** on ``benchmarks.enrich``'s skewed profile at C = 64: ÷ unordered and
+  ÷ ordered.
 
     python -m benchmarks.services [--quick]
 """
@@ -156,7 +159,8 @@ def rate_quota(instances: int, seconds: float) -> dict[str, Any]:
 def breaker(n: int) -> dict[str, Any]:
     from actorflow.operators.service import CircuitBreaker, Service
 
-    service = Service(breaker=CircuitBreaker(failures=5, window_s=10, open_s=0.5, when_open="wait"))
+    # A probe answered 503 is sent again: enough times for every probe of the outage.
+    service = Service(breaker=CircuitBreaker(failures=5, window_s=10, open_s=0.5, when_open="wait"), overload_retries=100)
     with EnrichmentService(latency_ms_median=20, latency_sigma=0.2, failure_rate=0.0, hang_rate=0.0) as svc:
         svc.set_outage(True)
         back: list[float] = []
@@ -193,6 +197,104 @@ def breaker(n: int) -> dict[str, Any]:
     return row
 
 
+# Per (run, row id), when the row's first call started, in the actor's process (which a later
+# run's actor may reuse: hence the run in the key).
+_FIRST_CALL: dict[tuple[str, int], float] = {}
+
+
+def _timed_lookup(url: str, run: str) -> Any:
+    """A lookup that answers with when the row's first call started: with a hedge, a row has two
+    calls, and its latency counts from the first."""
+    async def call(row: dict[str, Any]) -> list[dict[str, Any]]:
+        first = _FIRST_CALL.setdefault((run, int(row["id"])), time.time())
+        await lookup_user(http_session(), url, int(row["id"]) % 1000)
+        return [{"id": row["id"], "first_call": first, "done_at": time.time()}]
+
+    return call
+
+
+def hedging(n: int) -> dict[str, Any]:
+    """p99 of a row's latency with Hedge(percentile=0.95) against without, on a slow tail."""
+    from actorflow.cluster import from_arrow
+    from actorflow.operators.service import Hedge, Service
+
+    figures: dict[str, Any] = {}
+    for label, service in (("plain", None), ("hedged", Service(hedge=Hedge(percentile=0.95)))):
+        with EnrichmentService(latency_ms_median=10, latency_sigma=0.3, failure_rate=0.0, hang_rate=0.0,
+                               tail_rate=0.03, tail_ms=1_000, seed=11) as svc:
+            tables = [pa.table({"id": pa.array(range(i, n, 4), pa.int64())}) for i in range(4)]
+            stream = from_arrow(tables, parallelism=1, job_name=f"bench-hedge-{label}").async_map(
+                _timed_lookup(svc.url, f"{label}-{time.time()}"), ordered=False, capacity=20, service=service, timeout_ms=600_000)
+            result = stream.execute(progress=False)
+            out = result.to_arrow()
+            requests = svc.stats()["requests"]
+        ids = out.column("id").to_numpy()
+        if len(ids) != n or len(np.unique(ids)) != n:
+            raise AssertionError(f"hedging {label}: expected each of {n} ids once, got {len(ids)} rows")
+        latency_ms = (out.column("done_at").to_numpy() - out.column("first_call").to_numpy()) * 1000
+        figures[label] = {"p50_ms": round(float(np.percentile(latency_ms, 50)), 1),
+                          "p99_ms": round(float(np.percentile(latency_ms, 99)), 1), "calls": requests}
+        if label == "hedged":
+            [summary] = [o for o in result.operators if o.services]
+            figures[label]["hedges"] = int(summary.services["async_map"]["service_hedges"])
+    plain, hedged = figures["plain"], figures["hedged"]
+    row = {**figures, "p99_vs_plain": round(hedged["p99_ms"] / plain["p99_ms"], 3),
+           "extra_calls": round(hedged["hedges"] / n, 4)}
+    print(f"  hedging: p99 {plain['p99_ms']:,.0f} ms plain, {hedged['p99_ms']:,.0f} ms hedged "
+          f"({row['p99_vs_plain']}x), {hedged['hedges']} second calls for {n} rows ({row['extra_calls']:.1%})", flush=True)
+    return row
+
+
+def cache(n: int) -> dict[str, Any]:
+    """A lookup cache on Zipf-distributed keys: calls per unique key, and throughput against none."""
+    from actorflow.cluster import from_arrow
+    from actorflow.operators.service import LookupCache, Service
+
+    rng = np.random.default_rng(5)
+    users = np.minimum(rng.zipf(1.2, n), 5_000).astype(np.int64)
+    unique = len(np.unique(users))
+    rows: dict[str, Any] = {}
+    for label, service in (("none", None), ("cached", Service(cache=LookupCache(key="user", ttl_s=600)))):
+        with EnrichmentService(latency_ms_median=20, latency_sigma=0.3, failure_rate=0.0, hang_rate=0.0) as svc:
+            async def call(row: dict[str, Any], url: str = svc.url) -> list[dict[str, Any]]:
+                user = await lookup_user(http_session(), url, int(row["user"]))
+                return [{"id": row["id"], "segment": user["segment"]}]
+
+            tables = [pa.table({"id": pa.array(range(i, n, 4), pa.int64()), "user": pa.array(users[i::4])})
+                      for i in range(4)]
+            stream = from_arrow(tables, parallelism=1, job_name=f"bench-cache-{label}").async_map(
+                call, ordered=False, capacity=50, service=service, timeout_ms=600_000)
+            started = time.perf_counter()
+            out = stream.execute(progress=False).to_arrow()
+            seconds = time.perf_counter() - started
+            calls = svc.stats()["requests"]
+        if out.num_rows != n:
+            raise AssertionError(f"cache {label}: expected {n} rows, got {out.num_rows}")
+        rows[label] = {"calls": calls, "records_per_s": round(n / seconds, 1)}
+    row = {**rows, "unique_keys": unique, "calls_vs_unique_keys": round(rows["cached"]["calls"] / unique, 3),
+           "throughput_vs_no_cache": round(rows["cached"]["records_per_s"] / rows["none"]["records_per_s"], 2)}
+    print(f"  cache: {n} rows, {unique} unique keys (Zipf 1.2): {rows['cached']['calls']} calls cached "
+          f"({row['calls_vs_unique_keys']}x the keys) against {rows['none']['calls']}; "
+          f"throughput {row['throughput_vs_no_cache']}x", flush=True)
+    return row
+
+
+def key_ordered(n: int) -> dict[str, Any]:
+    """benchmarks.enrich's skewed profile at C = 64: key-ordered against unordered and ordered."""
+    from benchmarks.enrich import _arrow_input, actorflow_stage
+    from benchmarks.profiles import get_profile
+
+    tables, profile = _arrow_input(n), get_profile("skewed")
+    rps = {kind: actorflow_stage(tables, profile, 64, kind=kind)["stage_records_per_s"]
+           for kind in ("unordered", "ordered", "key_ordered")}
+    row = {**{f"{k}_rps": v for k, v in rps.items()},
+           "key_ordered_vs_unordered": round(rps["key_ordered"] / rps["unordered"], 3),
+           "key_ordered_vs_ordered": round(rps["key_ordered"] / rps["ordered"], 3)}
+    print(f"  key-ordered, skewed profile, C = 64: {rps['key_ordered']:,.0f}/s = {row['key_ordered_vs_unordered']}x "
+          f"unordered, {row['key_ordered_vs_ordered']}x ordered", flush=True)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter phases (a few minutes in all)")
@@ -210,6 +312,9 @@ def main() -> None:
     adapt = adaptive(phase_s, best)
     rates = [rate_quota(p, 4.0 if args.quick else 8.0) for p in (1, 4, 16)]
     brk = breaker(300)
+    hedge = hedging(1_000 if args.quick else 3_000)
+    cached = cache(4_000 if args.quick else 12_000)
+    ordered = key_ordered(20_000 if args.quick else 100_000)
     phases = adapt["phases"]
     settles = [p["settle_s"] for p in phases[1:]]
     summary = {
@@ -229,6 +334,15 @@ def main() -> None:
         "breaker": brk,
         "breaker_calls_vs_probes": brk["calls_vs_probes"],
         "breaker_recover_s": brk["recover_s"],
+        "hedging": hedge,
+        "hedged_p99_vs_plain": hedge["p99_vs_plain"],
+        "hedge_extra_calls": hedge["extra_calls"],
+        "cache": cached,
+        "cache_calls_vs_unique_keys": cached["calls_vs_unique_keys"],
+        "cache_throughput_vs_no_cache": cached["throughput_vs_no_cache"],
+        "key_ordered": ordered,
+        "key_ordered_vs_unordered": ordered["key_ordered_vs_unordered"],
+        "key_ordered_vs_ordered": ordered["key_ordered_vs_ordered"],
     }
     emit("services", summary)
 

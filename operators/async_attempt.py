@@ -173,6 +173,7 @@ _RUNNING, _WAITING_RETRY, _TIMING_OUT, _DONE = _State.RUNNING, _State.WAITING_RE
 #: The fields of an ``AttemptHandler``, which each concrete subclass has among its ``__slots__``.
 ATTEMPT_SLOTS = (
     "op", "attempt", "deadline_ms", "state", "future", "timeout_timer", "retry_timer", "retry_due_ms", "deadline_passed",
+    "hedge",
 )
 
 
@@ -202,6 +203,7 @@ class AttemptHandler:
         self.retry_due_ms: int | None = None
         # The deadline fired while a completed attempt's result was still on its way.
         self.deadline_passed = False
+        self.hedge: ResultFuture | CoroutineCall | None = None  # a second call of this attempt (Hedge)
 
     # ----------------------------------------------------------------- subclass hooks
 
@@ -284,6 +286,11 @@ class AttemptHandler:
             completions.put(self.on_input_error, attempt, error)
             return
 
+        gate = self.op.gate
+        if gate is not None and gate.hedge is not None:
+            self.future = self._call_told_by_identity(inputs)
+            return
+
         def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
             completions.put(self.on_attempt_complete, attempt, results, error)
 
@@ -292,6 +299,66 @@ class AttemptHandler:
             future.call_in_request(self.call_function, inputs, future)
         except Exception as error:  # the user's invoke raised before starting a request
             future.complete_exceptionally(error)
+
+    # ------------------------------------------------------------------ hedging
+
+    @property
+    def is_calling(self) -> bool:
+        """True while a call of the current attempt is in flight, without an answer yet."""
+        return self.state is _RUNNING and self.future is not None and not self.future.done
+
+    def start_hedge(self) -> bool:
+        """Start a second call of the current attempt, with the same idempotency key; False if
+        its input cannot be copied (the first call goes on alone)."""
+        try:
+            inputs = self.prepare_inputs()
+        except RecordError:
+            return False
+        self.hedge = self._call_told_by_identity(inputs)
+        return True
+
+    def _call_told_by_identity(self, inputs: Any) -> ResultFuture | CoroutineCall:
+        """A call whose answer comes back with the call itself (``on_call_complete``): with a
+        hedge, an attempt has two calls, and only the first answer counts."""
+        completions = self.op.completions
+        holder: list[ResultFuture] = []
+
+        def deliver(results: Sequence[Any] | None, error: BaseException | None) -> None:
+            completions.put(self.on_call_complete, holder[0], results, error)
+
+        future = self.new_future(deliver)
+        holder.append(future)
+        try:
+            future.call_in_request(self.call_function, inputs, future)
+        except Exception as error:
+            future.complete_exceptionally(error)
+        return future
+
+    def on_call_complete(
+        self, call: Any, results: Sequence[Any] | None, error: BaseException | None, raw: Any = None,
+    ) -> None:
+        """The answer of one of the attempt's calls (with hedging): the first of the two counts,
+        and the other is cancelled; an answer of a call the attempt has left is ignored. ``raw``:
+        what the call's coroutine returned, before the function's ``finish`` (for the cache)."""
+        if self.op._failed is not None or self.state is not _RUNNING:
+            return
+        gate = self.op.gate
+        assert gate is not None
+        if call is self.future:
+            hedge, self.hedge = self.hedge, None
+            if hedge is not None:
+                hedge.abandon()
+                gate.hedge_ended(self, won=False)
+        elif call is not None and call is self.hedge:
+            primary, self.hedge, self.future = self.future, None, call
+            if primary is not None:
+                primary.abandon()
+            gate.hedge_ended(self, won=True)
+        else:
+            return  # a call of an earlier attempt, or one cancelled
+        if raw is not None and error is None:
+            gate.note_raw(self, raw)
+        self.on_attempt_complete(self.attempt, results, error)
 
     def on_input_error(self, attempt: int, error: RecordError) -> None:
         if self.op.has_failed or self.state is not _RUNNING or attempt != self.attempt:
@@ -304,7 +371,7 @@ class AttemptHandler:
         if self.op._failed is not None or self.state is not _RUNNING or attempt != self.attempt:
             return  # (_failed: has_failed without the property's call, once per request)
         gate = self.op.gate
-        if gate is not None and gate.call_ended(self, error):
+        if gate is not None and gate.call_ended(self, error, results):
             return  # an overload answer: the gate sends the same attempt again
         if error is None and results is not None and self.checks_results:
             error = self.check_results(results)
@@ -361,6 +428,9 @@ class AttemptHandler:
             self.retry_timer = None
         if self.future is not None:
             self.future.abandon()
+        if self.hedge is not None:
+            self.hedge.abandon()
+            self.hedge = None
         gate = self.op.gate
         if gate is not None:
             gate.forget(self, cut_off=self.future is not None)

@@ -92,6 +92,7 @@ class _RecordRequest(RecordEntry, AttemptHandler):
         self.retry_timer = None
         self.retry_due_ms = None
         self.deadline_passed = False
+        self.hedge = None
 
     def prepare_inputs(self) -> Any:
         record = self.record
@@ -148,6 +149,10 @@ class _CoroutineRequest(_RecordRequest):
             self.future = None  # final, as on the ResultFuture path
             op.completions.put(self.on_input_error, self.attempt, error)
             return
+        gate = op.gate
+        if gate is not None and (gate.hedge is not None or gate.caches_raw):
+            self.future = self._call_told_by_identity(inputs)
+            return
         call = self.future = CoroutineCall()
         on_done = self.coroutine_ended
         if op._finish is not None:
@@ -158,6 +163,33 @@ class _CoroutineRequest(_RecordRequest):
             call.cancel = op._runner_submit(op._coroutine(inputs), on_done, self.key)
         except Exception as error:  # the function raised instead of returning a coroutine
             self.coroutine_ended(None, error)
+
+    def _call_told_by_identity(self, inputs: Any) -> CoroutineCall:  # type: ignore[override]
+        """A run of the coroutine whose end comes back with the call itself (with hedging)."""
+        op = self.op
+        call = CoroutineCall()
+        finish = op._finish
+
+        def ended(result: Any, error: BaseException | None) -> None:
+            if call.done:
+                return  # cancelled: the other call answered first, or the deadline passed
+            call.done = True
+            raw = result
+            if error is None and finish is not None:
+                try:
+                    result = finish(inputs, result)
+                except Exception as exc:
+                    result, error = None, exc
+            if error is None and type(result) is not list:
+                error = results_error(result, "the return value of an async def")
+            op.completions.put(self.on_call_complete, call, None if error is not None else list(result), error,
+                               raw if finish is not None else None)
+
+        try:
+            call.cancel = op._runner_submit(op._coroutine(inputs), ended, self.key)
+        except Exception as error:  # the function raised instead of returning a coroutine
+            ended(None, error)
+        return call
 
     def coroutine_returned(self, result: Any, error: BaseException | None) -> None:
         """``coroutine_ended`` with the function's ``direct_finish`` applied to what it returned,
@@ -238,7 +270,8 @@ class AsyncWaitOperator(AsyncQueueOperator):
         self.gate = None
         if self.service is not None:
             self.gate = ServiceGate(self.service, self.context.processing_time, self.completions.put,
-                                    capacity=self.capacity, parallelism=self.context.parallelism, name=self.name)
+                                    capacity=self.capacity, parallelism=self.context.parallelism, name=self.name,
+                                    finish=self._finish)
             restored = getattr(self, "_restored_service", None)
             if restored is not None:
                 self.gate.restore(restored)

@@ -13,6 +13,11 @@ the gate, in the operator's queue and so in its snapshots) while
   the gate until then, not only the one answered;
 - the ``breaker`` is open (``CircuitBreaker``).
 
+Before any of that, a ``LookupCache`` may answer the attempt without a call: from the results
+of its key, or from the call in flight for its key (see ``LookupCache``).
+A ``Hedge`` starts a second call for a call that is slow, with the same idempotency key; the
+first answer counts and the other call is cancelled (see ``Hedge``).
+
 **Overload answers.** An attempt that ends in ``ServiceOverloaded``, or in any error with a
 ``status`` (or ``status_code``, or ``response.status_code``) of 429 or 503, is an overload answer:
 the service did not do the work. The gate sends the record again when it may (after the
@@ -51,10 +56,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+import copy
+import dataclasses
+import heapq
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Union, cast
 
 from .errors import CircuitOpenError, ConfigurationError
+from .key_ordered_queue import order_key_of
 
 if TYPE_CHECKING:
     from .async_attempt import AttemptHandler
@@ -198,6 +208,59 @@ class CircuitBreaker:
             raise ConfigurationError(f"CircuitBreaker(counts=...) must be callable, got {type(self.counts).__name__}")
 
 
+@dataclass(frozen=True)
+class LookupCache:
+    """Results kept per lookup key, for ``ttl_s``, at most ``max_size`` keys (least recently used
+    first out). ``key``: a column of a dict record, a tuple of columns, or a function of the record.
+
+    A record whose key has fresh results gets a copy of them without a call; one whose key is
+    being called for already waits for that call and gets a copy of its results (one call,
+    several outcomes). A call that fails leaves nothing in the cache, and the records that waited
+    for it are sent themselves. The cache is not in the checkpoint: after a restore, each key
+    costs one call again.
+    """
+
+    key: Any
+    ttl_s: float = 60.0
+    max_size: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.key is None:
+            raise ConfigurationError("LookupCache(key=...) needs a column, a tuple of columns or a function of the record")
+        if not isinstance(self.ttl_s, (int, float)) or isinstance(self.ttl_s, bool) or not self.ttl_s > 0:
+            raise ConfigurationError(f"LookupCache(ttl_s=...) must be seconds > 0, got {self.ttl_s!r}")
+        if not isinstance(self.max_size, int) or isinstance(self.max_size, bool) or self.max_size < 1:
+            raise ConfigurationError(f"LookupCache(max_size=...) must be an int >= 1, got {self.max_size!r}")
+
+
+@dataclass(frozen=True)
+class Hedge:
+    """A second call for a slow one: after ``after_ms``, or after the ``percentile`` of the
+    latencies of the service's recent successful calls (once ``min_samples`` are known).
+
+    The second call has the record's idempotency key, like the first. The first answer is the
+    attempt's; the other call is cancelled. Second calls may go beyond the calls in flight by a
+    tenth of the limit (at least one); they need a closed breaker, no pause, and a call of the
+    rate limit to spare. Where there is no room, the first call goes on alone.
+    """
+
+    after_ms: int | None = None
+    percentile: float | None = None
+    min_samples: int = 20
+
+    def __post_init__(self) -> None:
+        if (self.after_ms is None) == (self.percentile is None):
+            raise ConfigurationError("Hedge needs one of after_ms (a fixed delay) or percentile (of recent latencies), "
+                                     f"got after_ms={self.after_ms!r}, percentile={self.percentile!r}")
+        if self.after_ms is not None and (not isinstance(self.after_ms, int) or isinstance(self.after_ms, bool)
+                                          or self.after_ms < 1):
+            raise ConfigurationError(f"Hedge(after_ms=...) must be an int >= 1, got {self.after_ms!r}")
+        if self.percentile is not None and (not isinstance(self.percentile, (int, float)) or not 0 < self.percentile < 1):
+            raise ConfigurationError(f"Hedge(percentile=...) must be in (0, 1), such as 0.95, got {self.percentile!r}")
+        if not isinstance(self.min_samples, int) or isinstance(self.min_samples, bool) or self.min_samples < 1:
+            raise ConfigurationError(f"Hedge(min_samples=...) must be an int >= 1, got {self.min_samples!r}")
+
+
 CapacitySpec = Union[int, Literal["auto"], AdaptiveCapacity, None]
 RateSpec = Union[float, RateLimit, None]
 
@@ -218,6 +281,8 @@ class Service:
     rate_limit: RateSpec = None
     breaker: CircuitBreaker | None = None
     overload_retries: int = 10
+    cache: LookupCache | None = None
+    hedge: Hedge | None = None
 
     def __post_init__(self) -> None:
         capacity = self.capacity
@@ -237,6 +302,10 @@ class Service:
         retries = self.overload_retries
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise ConfigurationError(f"Service(overload_retries=...) must be an int >= 0, got {retries!r}")
+        if self.hedge is not None and not isinstance(self.hedge, Hedge):
+            raise ConfigurationError(f"Service(hedge=...) must be a Hedge, got {type(self.hedge).__name__}")
+        if self.cache is not None and not isinstance(self.cache, LookupCache):
+            raise ConfigurationError(f"Service(cache=...) must be a LookupCache, got {type(self.cache).__name__}")
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise ConfigurationError(f"Service(name=...) must be a non-empty str, got {self.name!r}")
 
@@ -253,7 +322,7 @@ def as_service(service: Service | None, capacity: Any) -> Service | None:
         return Service(capacity=capacity)
     if service.capacity is not None:
         raise ConfigurationError("capacity='auto' and Service(capacity=...) both set the calls in flight; give one")
-    return Service(service.name, capacity, service.rate_limit, service.breaker, service.overload_retries)
+    return dataclasses.replace(service, capacity=capacity)
 
 
 def slots_of(capacity: Any, service: Service | None) -> tuple[Service | None, int]:
@@ -299,16 +368,31 @@ class ServiceMetrics:
     limit: float = 0.0  # calls allowed in flight now
     breaker_state: int = 0  # 0 closed, 1 open, 2 half-open
     rate_per_s: float = 0.0  # this instance's share of the rate limit (0: none)
+    cache_hits: int = 0  # records answered from the cache, without a call
+    merged: int = 0  # records that waited for a call in flight for the same key instead of calling
+    hedges: int = 0  # second calls started for slow ones
+    hedge_wins: int = 0  # of them, those that answered first
 
     def figures(self) -> dict[str, float]:
         """As the instance's figures: ``service_*`` counters and gauges (``actors.metrics``)."""
         return {"service_calls": self.calls, "service_overloads": self.overloads, "service_pauses": self.pauses,
                 "service_breaker_opens": self.breaker_opens, "service_breaker_rejections": self.breaker_rejections,
                 "service_probes": self.probes, "service_concurrency_limit": self.limit,
-                "service_breaker_state": self.breaker_state, "service_rate_limit": self.rate_per_s}
+                "service_breaker_state": self.breaker_state, "service_rate_limit": self.rate_per_s,
+                "service_cache_hits": self.cache_hits, "service_merged": self.merged,
+                "service_hedges": self.hedges, "service_hedge_wins": self.hedge_wins}
 
 
 _CLOSED, _OPEN, _HALF_OPEN = 0, 1, 2
+_NO_KEY = object()  # a call that no cache key stands for
+_IMMUTABLE = (int, float, str, bytes, bool, type(None))
+
+
+def _private(raw: Any) -> Any:
+    """A copy of a cached answer that no other record shares (immutable values are shared)."""
+    if type(raw) is list:
+        return [r if type(r) in _IMMUTABLE else copy.deepcopy(r) for r in raw]
+    return raw if type(raw) in _IMMUTABLE else copy.deepcopy(raw)
 _GO, _WAIT, _REJECT = 0, -1, -2  # _may_call's verdicts; a positive one is the time to look again
 
 
@@ -322,7 +406,7 @@ class ServiceGate:
 
     def __init__(
         self, service: Service, processing_time: ProcessingTimeService, put_mail: Callable[..., None], *,
-        capacity: int, parallelism: int = 1, name: str = "async_wait",
+        capacity: int, parallelism: int = 1, name: str = "async_wait", finish: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         self.service = service
         self.name = service.name or name
@@ -342,7 +426,8 @@ class ServiceGate:
         self._begun = 0  # calls let through so far: a call's number orders it against a decrease
         self._decrease_at = 0  # the calls numbered below this were sent before the last decrease
         self.in_flight = 0
-        self._calls: dict[AttemptHandler, tuple[int, bool]] = {}  # call in flight -> (its number, is probe)
+        # call in flight -> (its number, is probe, its cache key or _NO_KEY, when it started)
+        self._calls: dict[AttemptHandler, tuple[int, bool, Any, int]] = {}
         self._parked: deque[AttemptHandler] = deque()
         self._again: deque[AttemptHandler] = deque()  # overloaded calls to send again, before the parked
         self._parked_set: set[AttemptHandler] = set()
@@ -362,6 +447,24 @@ class ServiceGate:
         self._probe_successes = 0
         self._wake: TimerHandle | None = None
         self._wake_at: int | None = None
+        cache = service.cache
+        self._cache = cache
+        self._cache_key = None if cache is None else order_key_of(cache.key)
+        self._cached: OrderedDict[Any, tuple[int, list[Any]]] = OrderedDict()  # key -> (expires at, results)
+        self._leaders: dict[Any, AttemptHandler] = {}  # key -> the attempt whose call is for it
+        self._followers: dict[AttemptHandler, list[AttemptHandler]] = {}  # leader -> who waits for its call
+        self._following: dict[AttemptHandler, AttemptHandler] = {}  # follower -> its leader
+        # The function's ``finish(value, raw)`` (an ``async def``'s direct_finish), which makes a
+        # record's results of what its coroutine returned: the cache keeps what the coroutine
+        # returned, and each record's results are made of it and its own value.
+        self._finish = finish
+        self._raw: dict[AttemptHandler, Any] = {}  # what a leader's coroutine returned, until its call ends
+        #: Whether the calls must tell what their coroutine returned before ``finish`` (the cache keeps that).
+        self.caches_raw = cache is not None and finish is not None
+        self.hedge = service.hedge
+        self._latencies: deque[int] = deque(maxlen=1_000)  # of recent successful calls, for a percentile
+        self._hedge_due: list[tuple[int, int, AttemptHandler]] = []  # heap of (due, call number, handler)
+        self._hedging: set[AttemptHandler] = set()  # attempts with a second call in flight
         self.metrics = ServiceMetrics(limit=self.limit, rate_per_s=self._rate)
 
     # ----------------------------------------------------------------- attempts
@@ -370,6 +473,8 @@ class ServiceGate:
         """True: the attempt calls now (it counts as in flight). False: the gate keeps it, or
         ends it because the breaker is open."""
         now = self._time.now_ms()
+        if self._cache is not None and self._served(handler, now):
+            return False
         verdict = _WAIT if self._parked or self._again else self._may_call(now)
         if verdict == _GO:
             self._begin(handler, now)
@@ -383,13 +488,19 @@ class ServiceGate:
             self._wake_up_at(verdict)
         return False
 
-    def call_ended(self, handler: AttemptHandler, error: BaseException | None) -> bool:
-        """A call the gate let through ended (``error`` None: it succeeded). True when it was an
-        overload answer that the gate will send again: the attempt goes on, without an outcome."""
+    def call_ended(self, handler: AttemptHandler, error: BaseException | None, results: Any = None) -> bool:
+        """A call the gate let through ended (``error`` None: it succeeded with ``results``). True
+        when it was an overload answer that the gate will send again: the attempt goes on,
+        without an outcome."""
         entry = self._calls.pop(handler, None)
         if entry is None:
             return False
-        number, probe = entry
+        number, probe, key, started_ms = entry
+        raw = self._raw.pop(handler, results) if self._raw else results
+        if error is None and self.hedge is not None:
+            self._latencies.append(self._time.now_ms() - started_ms)
+        if key is not _NO_KEY:
+            self._lead_ended(handler, key, raw if error is None else None)
         self.in_flight -= 1
         now = self._time.now_ms()
         retry_after = overload_of(error)
@@ -420,16 +531,32 @@ class ServiceGate:
         self._drain(now)
         return again
 
+    def hedge_ended(self, handler: AttemptHandler, *, won: bool) -> None:
+        """One of an attempt's two calls answered first, and the other was cancelled."""
+        if handler in self._hedging:
+            self._hedging.discard(handler)
+            self.in_flight -= 1
+            self.metrics.hedge_wins += won
+
     def forget(self, handler: AttemptHandler, *, cut_off: bool = False) -> None:
         """The attempt left the gate's hands (its outcome is decided, or its deadline passed);
         ``cut_off``: a call of it in flight was cut off by the deadline, which counts as overload."""
         self._overloads.pop(handler, None)
+        if handler in self._hedging:  # its second call, cancelled with the first
+            self._hedging.discard(handler)
+            self.in_flight -= 1
         if handler in self._parked_set:
             self._parked_set.discard(handler)  # left in the deque; skipped when its turn comes
+            return
+        leader = self._following.pop(handler, None)
+        if leader is not None:
+            self._followers[leader].remove(handler)
             return
         entry = self._calls.pop(handler, None)
         if entry is None:
             return
+        if entry[2] is not _NO_KEY:
+            self._lead_ended(handler, entry[2], None)
         self.in_flight -= 1
         now = self._time.now_ms()
         if cut_off:
@@ -438,6 +565,74 @@ class ServiceGate:
         elif entry[1]:
             self._probes_in_flight -= 1
         self._drain(now)
+
+    # -------------------------------------------------------------- the cache
+
+    def _key(self, handler: AttemptHandler) -> Any:
+        """The cache key of the handler's record, or _NO_KEY where it has none that hashes."""
+        try:
+            key = self._cache_key(handler.record.value)  # type: ignore[misc, attr-defined]
+            hash(key)
+        except Exception:
+            return _NO_KEY  # called as if there were no cache
+        return key
+
+    def _served(self, handler: AttemptHandler, now: int) -> bool:
+        """Answer the attempt from the cache, or make it wait for the call in flight for its key."""
+        key = self._key(handler)
+        if key is _NO_KEY:
+            return False
+        hit = self._cached.get(key)
+        if hit is not None:
+            if hit[0] > now:
+                self._cached.move_to_end(key)
+                self.metrics.cache_hits += 1
+                self._answer(handler, hit[1])
+                return True
+            del self._cached[key]
+        leader = self._leaders.get(key)
+        if leader is None:
+            return False
+        self._followers[leader].append(handler)
+        self._following[handler] = leader
+        self.metrics.merged += 1
+        return True
+
+    def note_raw(self, handler: AttemptHandler, raw: Any) -> None:
+        """What the coroutine of the handler's call returned, before ``finish``: what the cache keeps."""
+        if handler in self._calls and self._calls[handler][2] is not _NO_KEY:
+            self._raw[handler] = raw
+
+    def _answer(self, handler: AttemptHandler, raw: Any) -> None:
+        """The handler's results, made of a cached answer without a call."""
+        results, error = _private(raw), None
+        if self._finish is not None:
+            try:
+                results = self._finish(handler.record.value, results)  # type: ignore[attr-defined]
+            except Exception as exc:
+                results, error = None, exc
+        self._put(handler.on_attempt_complete, handler.attempt, None if error is not None else list(results), error)
+
+    def _lead_ended(self, leader: AttemptHandler, key: Any, results: Any) -> None:
+        """The call for ``key`` ended: with ``results``, they go to the cache and to each record
+        that waited for them; else those records are sent themselves."""
+        if self._leaders.get(key) is leader:
+            del self._leaders[key]
+        followers = self._followers.pop(leader, [])
+        for follower in followers:
+            del self._following[follower]
+        if results is not None:
+            assert self._cache is not None
+            self._cached[key] = (self._time.now_ms() + math.ceil(self._cache.ttl_s * 1000), _private(results))
+            self._cached.move_to_end(key)
+            while len(self._cached) > self._cache.max_size:
+                self._cached.popitem(last=False)
+            for follower in followers:
+                self._answer(follower, results)
+            return
+        for follower in followers:
+            self._parked.append(follower)  # each goes through the gate now, its own call
+            self._parked_set.add(follower)
 
     # -------------------------------------------------------------- internals
 
@@ -462,6 +657,14 @@ class ServiceGate:
         return _GO
 
     def _begin(self, handler: AttemptHandler, now: int) -> None:
+        key = _NO_KEY
+        if self._cache is not None:
+            key = self._key(handler)
+            if key is not _NO_KEY and key not in self._leaders:
+                self._leaders[key] = handler
+                self._followers[handler] = []
+            else:
+                key = _NO_KEY
         probe = self._state == _HALF_OPEN
         if probe:
             self._probes_in_flight += 1
@@ -469,7 +672,12 @@ class ServiceGate:
         if self._rate:
             self._tokens -= 1.0
         self.in_flight += 1
-        self._calls[handler] = (self._begun, probe)
+        self._calls[handler] = (self._begun, probe, key, now)
+        if self.hedge is not None and not probe:
+            delay = self._hedge_delay()
+            if delay is not None:
+                heapq.heappush(self._hedge_due, (now + delay, self._begun, handler))
+                self._wake_up_at(now + delay)
         self._begun += 1
         self.metrics.calls += 1
 
@@ -499,6 +707,8 @@ class ServiceGate:
             if handler.deadline_ms is not None and handler.deadline_ms <= now:
                 handler.on_timeout()  # its deadline passed while it waited: it is not sent
                 continue
+            if self._cache is not None and self._served(handler, now):
+                continue
             if verdict == _REJECT:
                 self._reject(handler)
                 continue
@@ -515,7 +725,60 @@ class ServiceGate:
 
     def _on_wake(self, timestamp_ms: int) -> None:
         self._wake = self._wake_at = None
-        self._drain(self._time.now_ms())
+        now = self._time.now_ms()
+        if self._hedge_due:
+            self._start_hedges(now)
+        self._drain(now)
+
+    # ---------------------------------------------------------------- hedging
+
+    def _hedge_delay(self) -> int | None:
+        hedge = self.hedge
+        assert hedge is not None
+        if hedge.after_ms is not None:
+            return hedge.after_ms
+        if len(self._latencies) < hedge.min_samples:
+            return None
+        ordered = sorted(self._latencies)
+        return max(1, ordered[min(len(ordered) - 1, int(hedge.percentile * len(ordered)))])  # type: ignore[operator]
+
+    def _may_hedge(self, now: int) -> bool:
+        """Room for a second call: beyond the calls in flight by a tenth of the limit (at least
+        one), with the breaker closed, no pause, and a call of the rate limit to spare (none
+        while records wait for their first call)."""
+        if self._state != _CLOSED or now < self._paused_until:
+            return False
+        if len(self._hedging) >= max(1, int(self.limit * 0.1)):
+            return False
+        if self._rate:
+            if self._parked or self._again:
+                return False
+            self._tokens = min(self._burst, self._tokens + (now - self._tokens_at) * self._rate / 1000.0)
+            self._tokens_at = now
+            if self._tokens < 1.0:
+                return False
+        return True
+
+    def _start_hedges(self, now: int) -> None:
+        """A second call for each call whose hedge delay has passed, where there is room for it."""
+        due = self._hedge_due
+        while due and due[0][0] <= now:
+            _, number, handler = heapq.heappop(due)
+            entry = self._calls.get(handler)
+            if entry is None or entry[0] != number or handler in self._hedging or not handler.is_calling:
+                continue  # that call has ended, or has its hedge
+            if not self._may_hedge(now):
+                continue
+            if not handler.start_hedge():
+                continue
+            self._hedging.add(handler)
+            self.in_flight += 1
+            if self._rate:
+                self._tokens -= 1.0
+            self.metrics.hedges += 1
+            self.metrics.calls += 1
+        if due:
+            self._wake_up_at(due[0][0])
 
     def _succeeded(self, probe: bool) -> None:
         if probe:

@@ -20,7 +20,7 @@ def test_the_services_guide_adapts_limits_and_breaks_against_a_real_service(spar
     [summary] = [o for o in ns["job"].operators if o.services]
     assert 9 <= summary.services["enrich"]["service_concurrency_limit"] <= 15  # close to the service's 12
 
-    # The rate limit: 120 rows, at most 40 calls (and the burst) in any second.
+    # The rate limit: all 120 rows (its busiest second: tests/spark_bridge/test_enrich_service_spark.py).
     assert ns["limited"].count() == 120
 
     # The breaker: the outage's rows are dead letters or the fallback, and the service saw the
@@ -30,9 +30,21 @@ def test_the_services_guide_adapts_limits_and_breaks_against_a_real_service(spar
     assert segments <= {"unknown"}
     assert enriched_rows.count() + dead.count() == 200
     assert {r.error_type for r in dead.collect()} <= {"TransientServiceError"}
-    [summary] = [o for o in ns["af"].last_job().operators if o.services]
-    figures = summary.services["enrich"]
-    # At most the 8 in flight, the 4 that started as the first 4 failures freed their slots, and
-    # the probes.
-    assert stats["outage_requests"] == figures["service_calls"] <= 8 + 4 + figures["service_probes"]
-    assert figures["service_breaker_rejections"] == enriched_rows.count()
+    assert stats["outage_requests"] <= 8 + 4 + 2  # the 8 in flight, 4 more as the first failures freed slots, probes
+
+    # Hedging: every row once; each second call was counted, and some answered first.
+    assert ns["hedged"].count() == 400
+    [summary] = [o for o in ns["hedge_job"].operators if o.services]
+    hedges = summary.services["enrich"]
+    assert hedges["service_hedges"] > 0 and hedges["service_hedge_wins"] > 0
+    assert hedges["service_calls"] == 400 + hedges["service_hedges"]
+    assert 400 <= ns["slow_tail"].stats()["requests"] <= 400 + hedges["service_hedges"]
+
+    # The cache: one call per user for 2,000 rows, as the second service counted them.
+    calls = ns["lookups"].calls_by_user()
+    assert set(calls) == set(range(97)) and set(calls.values()) == {1}
+    cached = ns["cached"].collect()
+    assert sorted(r.click_id for r in cached) == list(range(2_000))  # each row its own, not its user's first
+    assert all(r.segment == user_profile(r.user_id)["segment"] for r in cached)
+    figures = ns["figures"]
+    assert (figures["service_calls"], figures["service_cache_hits"] + figures["service_merged"]) == (97, 1_903)

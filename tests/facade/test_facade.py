@@ -12,7 +12,7 @@ import actorflow as af
 # The user's API. A name added here is a promise to users: add it on purpose.
 FACADE = [
     "ActorflowError", "AdaptiveCapacity", "AsyncBatchFunction", "AsyncFunction", "CircuitBreaker", "DataStream",
-    "DeadLetter", "JobResult", "RateLimit", "ResultFuture", "Service", "ServiceOverloaded", "SparkDataStream",
+    "DeadLetter", "Hedge", "JobResult", "LookupCache", "RateLimit", "ResultFuture", "Service", "ServiceOverloaded", "SparkDataStream",
     "StreamingRun",
     "__version__", "arrow_batch", "current_request_key", "current_request_keys", "enrich", "enrich_async", "enrich_stream", "ensure_ray", "errors", "from_arrow", "from_spark",
     "last_job", "on_spark_cluster", "retry", "spark_session", "stop_spark", "testing", "windows",

@@ -4,13 +4,16 @@ Retry-After, adaptive capacity and a circuit breaker, each record with exactly o
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actorflow.operators import DEAD_LETTER, ConfigurationError, OperatorHarness, async_wait
-from actorflow.operators.service import AdaptiveCapacity, CircuitBreaker, RateLimit, Service, ServiceOverloaded, overload_of
+from actorflow.operators import DEAD_LETTER, ConfigurationError, CoroutineFunction, FixedDelay, OperatorHarness, async_wait
+from actorflow.operators.service import (
+    AdaptiveCapacity, CircuitBreaker, Hedge, LookupCache, RateLimit, Service, ServiceOverloaded, overload_of,
+)
 
 from .scripted import Scripted
 
@@ -354,7 +357,7 @@ def test_every_record_gets_one_outcome_and_the_gate_holds_its_bounds(seed):
     rng = random.Random(seed)
     breaker = CircuitBreaker(failures=4, window_s=1, open_s=0.2, when_open=rng.choice(["fail", "wait", "fallback"]))
     service = Service(capacity=AdaptiveCapacity(initial=3, ceiling=12), rate_limit=200, breaker=breaker,
-                      overload_retries=rng.choice([0, 2, 5]))
+                      overload_retries=rng.choice([0, 2, 5]), hedge=rng.choice([None, Hedge(after_ms=15)]))
     fn, h = _gated(service, fallback=lambda v: -v - 1, on_error="dead_letter", timeout_ms=rng.choice([None, 300]))
     h.open()
     gate = h.chain.operators[0].gate
@@ -365,8 +368,8 @@ def test_every_record_gets_one_outcome_and_the_gate_holds_its_bounds(seed):
             h.process_element(fed, timestamp_ms=fed)
             fed += 1
         in_flight = fn.in_flight()
-        assert gate.in_flight <= int(gate.limit) or gate.in_flight <= len(in_flight)
-        assert gate.in_flight == len(in_flight)
+        calls = sum(1 for futures in fn.pending.values() for f in futures if not f.done)
+        assert gate.in_flight == calls  # every call the gate counts is one the function has, hedges too
         if in_flight and rng.random() < 0.6:
             v = rng.choice(in_flight)
             roll = rng.random()
@@ -387,3 +390,201 @@ def test_every_record_gets_one_outcome_and_the_gate_holds_its_bounds(seed):
     keys = [v if v >= 0 else -v - 1 for v in h.output_values()] + [d.value for d in h.side_output(DEAD_LETTER)]
     assert sorted(keys) == list(range(n))  # each record once: no loss, no duplicate
     assert gate.in_flight == 0
+
+
+# ----------------------------------------------------------------------- lookup cache
+
+
+def _cached(ttl_s=60.0, max_size=100, **service):
+    return Service(cache=LookupCache(key=lambda v: v // 10, ttl_s=ttl_s, max_size=max_size), **service)
+
+
+def test_a_key_with_fresh_results_is_answered_from_the_cache_without_a_call():
+    fn, h = _gated(_cached())
+    h.process_element(11, timestamp_ms=1)
+    fn.complete(11, [{"user": 1}])
+    h.run_until_idle()
+    h.process_element(12, timestamp_ms=2)  # same key (1): no call
+    h.process_element(25, timestamp_ms=3)  # key 2: a call
+    assert [v for v, _ in fn.calls] == [11, 25]
+    out = h.output_values()
+    assert out == [{"user": 1}, {"user": 1}]
+    out[0]["user"] = "changed"  # each record got its own copy
+    assert out[1] == {"user": 1}
+    assert h.chain.operators[0].gate.metrics.cache_hits == 1
+
+
+def test_records_for_a_key_in_flight_wait_for_that_one_call():
+    fn, h = _gated(_cached(), capacity=10)
+    _feed(h, [31, 32, 33, 41])
+    assert [v for v, _ in fn.calls] == [31, 41]  # one call per key
+    fn.complete(31, ["three"])
+    h.run_until_idle()
+    assert sorted(h.output_values()) == ["three"] * 3
+    gate = h.chain.operators[0].gate
+    assert gate.metrics.merged == 2 and gate.metrics.calls == 2
+
+
+def test_a_failed_call_caches_nothing_and_the_records_that_waited_call_themselves():
+    fn, h = _gated(_cached(), capacity=10, on_error="dead_letter")
+    _feed(h, [51, 52])
+    fn.fail(51, ConnectionError("reset"))
+    h.run_until_idle()
+    assert [v for v, _ in fn.calls] == [51, 52]  # 52 called itself once 51 failed
+    fn.complete(52, ["five"])
+    h.run_until_idle()
+    assert h.output_values() == ["five"] and [d.value for d in h.side_output(DEAD_LETTER)] == [51]
+
+
+def test_results_expire_after_their_ttl_and_the_least_recently_used_key_leaves_first():
+    fn, h = _gated(_cached(ttl_s=1.0, max_size=2))
+    for i, v in enumerate([10, 20, 30]):  # keys 1, 2, 3: key 1 leaves the cache for key 3
+        h.process_element(v, timestamp_ms=i)
+        fn.complete(v, [v])
+        h.run_until_idle()
+    h.process_element(21, timestamp_ms=5)  # key 2: cached
+    h.process_element(11, timestamp_ms=6)  # key 1: evicted, called again
+    assert [v for v, _ in fn.calls] == [10, 20, 30, 11]
+    fn.complete(11, [11])
+    h.set_processing_time(1_000)  # key 2's results have expired
+    h.process_element(22, timestamp_ms=7)
+    assert [v for v, _ in fn.calls][-1] == 22
+
+
+def test_a_cut_off_call_lets_the_records_that_waited_for_it_call_themselves():
+    fn, h = _gated(_cached(), fallback=lambda v: "late", capacity=10, timeout_ms=100)
+    h.process_element(61, timestamp_ms=1)
+    h.set_processing_time(50)
+    h.process_element(62, timestamp_ms=2)  # waits for 61's call; its own deadline is at 150
+    h.set_processing_time(100)  # 61 is cut off: 62 calls itself
+    assert h.output_values() == ["late"] and [v for v, _ in fn.calls] == [61, 62]
+    fn.complete(62, ["six"])
+    h.run_until_idle()
+    assert h.output_values() == ["late", "six"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_with_a_cache_every_record_gets_its_keys_answer_once_and_calls_never_exceed_records(seed):
+    rng = random.Random(seed)
+    fn, h = _gated(_cached(ttl_s=rng.choice([0.05, 1.0]), max_size=rng.choice([1, 3, 100]), capacity=4),
+                   capacity=20, on_error="dead_letter")
+    n, fed, now = 80, 0, 0
+    keys: Counter[int] = Counter()
+    while True:
+        if fed < n and rng.random() < 0.5:
+            value = rng.randrange(12) * 10 + rng.randrange(10)  # key: value // 10
+            keys[value // 10] += 1
+            h.process_element(value, timestamp_ms=fed)
+            fed += 1
+        in_flight = fn.in_flight()
+        if in_flight and rng.random() < 0.5:
+            v = rng.choice(in_flight)
+            if rng.random() < 0.8:
+                fn.complete(v, [v // 10])  # the answer for the record's key
+            else:
+                fn.fail(v, ConnectionError())
+            h.run_until_idle()
+        else:
+            now += rng.choice([1, 10, 50])
+            h.set_processing_time(now)
+        done = len(h.output_values()) + len(h.side_output(DEAD_LETTER))
+        if fed == n and done == n:
+            break
+        assert now < 600_000, "records were left without an outcome"
+    # Each record got one outcome, and an answer is always for the record's own key.
+    answered = Counter(h.output_values()) + Counter(d.value // 10 for d in h.side_output(DEAD_LETTER))
+    assert answered == keys
+    assert len(fn.calls) <= n
+
+
+# ------------------------------------------------------------------------- hedging
+
+
+def test_a_slow_call_gets_a_second_call_with_the_same_key_and_the_first_answer_wins():
+    fn, h = _gated(Service(hedge=Hedge(after_ms=100)), retry=FixedDelay(3, 10))
+    h.process_element("a", timestamp_ms=1)
+    h.set_processing_time(99)
+    assert len(fn.pending["a"]) == 1
+    h.set_processing_time(100)
+    first, second = fn.pending["a"]
+    assert second.idempotency_key == first.idempotency_key  # the same request, sent twice
+    second.complete(["from the hedge"])
+    h.run_until_idle()
+    assert first.done  # the slow call was cancelled
+    first.complete(["too late"])  # a cancelled call that answers anyway changes nothing
+    h.run_until_idle()
+    assert h.output_values() == ["from the hedge"]
+    op = h.chain.operators[0]
+    assert (op.gate.metrics.hedges, op.gate.metrics.hedge_wins, op.gate.in_flight, op.metrics.retries) == (1, 1, 0, 0)
+
+
+def test_when_the_first_call_answers_first_the_hedge_is_cancelled():
+    fn, h = _gated(Service(hedge=Hedge(after_ms=100)))
+    h.process_element("a", timestamp_ms=1)
+    h.set_processing_time(150)
+    first, second = fn.pending["a"]
+    first.complete(["first"])
+    h.run_until_idle()
+    assert second.done and h.output_values() == ["first"]
+    assert h.chain.operators[0].gate.metrics.hedge_wins == 0
+
+
+def test_second_calls_go_beyond_the_limit_by_a_tenth_of_it_and_the_deadline_spans_both_calls():
+    fn, h = _gated(Service(capacity=20, hedge=Hedge(after_ms=100)), fallback=lambda v: f"{v}-late", timeout_ms=300)
+    _feed(h, range(25))
+    h.set_processing_time(200)
+    assert sum(len(fs) == 2 for fs in fn.pending.values()) == 2  # 20 calls in flight, 2 more
+    assert h.chain.operators[0].gate.in_flight == 22
+    fn2, h2 = _gated(Service(hedge=Hedge(after_ms=100)), fallback=lambda v: f"{v}-late", timeout_ms=300)
+    h2.process_element("a", timestamp_ms=1)
+    h2.set_processing_time(300)
+    assert len(fn2.pending["a"]) == 2 and all(f.done for f in fn2.pending["a"])  # both cancelled at the deadline
+    assert h2.output_values() == ["a-late"] and h2.chain.operators[0].gate.in_flight == 0
+
+
+def test_a_percentile_hedge_waits_for_enough_latencies_then_hedges_past_them():
+    fn, h = _gated(Service(hedge=Hedge(percentile=0.9, min_samples=10)), capacity=50)
+    for i in range(10):  # ten calls of 20 ms
+        h.process_element(i, timestamp_ms=i)
+        h.set_processing_time(h.clock.now_ms() + 20)
+        fn.complete(i)
+        h.run_until_idle()
+    assert all(len(fs) == 1 for fs in fn.pending.values())  # no hedge while the latencies were unknown
+    start = h.clock.now_ms()
+    h.process_element("slow", timestamp_ms=99)
+    h.set_processing_time(start + 19)
+    assert len(fn.pending["slow"]) == 1
+    h.set_processing_time(start + 20)
+    assert len(fn.pending["slow"]) == 2
+
+
+def test_hedge_settings_are_checked():
+    with pytest.raises(ConfigurationError, match="one of after_ms"):
+        Hedge()
+    with pytest.raises(ConfigurationError, match=r"percentile=\.\.\.\) must be in \(0, 1\)"):
+        Hedge(percentile=95)
+
+
+def test_the_cache_keeps_what_the_function_returned_and_each_record_gets_its_own_row_of_it():
+    # As enrich() does: the coroutine returns the new columns, and finish() merges them into the
+    # record's own row. Two rows of one user share the call, and each keeps its own columns.
+    calls = []
+
+    async def segment(row):
+        calls.append(row["id"])
+        return {"segment": f"s{row['user']}"}
+
+    def merge(row, new):
+        return [{**row, **new}]
+
+    op = async_wait(CoroutineFunction(segment, finish=merge), mode="unordered", capacity=10,
+                    service=Service(cache=LookupCache(key="user")))
+    h = OperatorHarness(op)
+    for i, user in enumerate([7, 7, 8, 7]):
+        h.process_element({"id": i, "user": user}, timestamp_ms=i)
+    h.run_until_idle()
+    assert sorted(calls) == [0, 2]  # one call per user
+    assert sorted(h.output_values(), key=lambda r: r["id"]) == [
+        {"id": 0, "user": 7, "segment": "s7"}, {"id": 1, "user": 7, "segment": "s7"},
+        {"id": 2, "user": 8, "segment": "s8"}, {"id": 3, "user": 7, "segment": "s7"}]

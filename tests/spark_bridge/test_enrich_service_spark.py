@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from examples.enrich_service import EnrichmentService, http_session, lookup_user, user_profile
-from actorflow.operators.service import CircuitBreaker, Service
+from actorflow.operators.service import CircuitBreaker, Hedge, LookupCache, Service
 from actorflow.spark_bridge import enrich, last_job
 
 
@@ -85,6 +85,39 @@ def test_the_breaker_stops_calling_a_service_that_is_down_and_the_rows_become_de
     assert figures["service_calls"] <= 8 + 3 + figures["service_probes"]
     assert figures["service_breaker_rejections"] == len(not_sent)
     assert figures["service_breaker_opens"] >= 1
+
+
+def test_a_lookup_cache_calls_the_service_once_per_user(spark):
+    cache = LookupCache(key="user_id", ttl_s=600)
+    with EnrichmentService(latency_ms_median=5, latency_sigma=0.3, failure_rate=0.0, hang_rate=0.0) as service:
+        out = enrich(_clicks(spark, 2_000), _lookup(service.url), service=Service(cache=cache), capacity=20,
+                     parallelism=2, timeout_ms=60_000, progress=False)
+        rows = out.collect()
+        calls = service.calls_by_user()
+    assert sorted(r.click_id for r in rows) == list(range(2_000))
+    assert all(r.segment == user_profile(r.user_id)["segment"] for r in rows)
+    # 97 users, two instances, each with a cache of its own: at most one call per user each.
+    assert set(calls) == set(range(97)) and max(calls.values()) <= 2
+    figures = _service_figures()
+    assert figures["service_calls"] == sum(calls.values())
+    assert figures["service_calls"] + figures["service_cache_hits"] + figures["service_merged"] == 2_000
+
+
+def test_hedged_calls_against_a_slow_tail_give_each_row_one_outcome(spark):
+    with EnrichmentService(latency_ms_median=5, latency_sigma=0.3, failure_rate=0.0, hang_rate=0.0,
+                           tail_rate=0.05, tail_ms=3_000) as service:
+        out = enrich(_clicks(spark, 600), _lookup(service.url), service=Service(hedge=Hedge(after_ms=150)),
+                     capacity=50, parallelism=2, timeout_ms=60_000, progress=False)
+        rows = out.collect()
+        stats = service.stats()
+    assert sorted(r.click_id for r in rows) == list(range(600))
+    assert all(r.segment == user_profile(r.user_id)["segment"] for r in rows)
+    figures = _service_figures()
+    # About 5 % of the calls were slow; each got a second call, and most of those answered first.
+    assert stats["tails"] > 0 and figures["service_hedges"] >= stats["tails"] // 2
+    assert figures["service_hedge_wins"] > 0
+    assert figures["service_calls"] == 600 + figures["service_hedges"]
+    assert 600 <= stats["requests"] <= figures["service_calls"]
 
 
 def test_a_breaker_that_answers_with_the_fallback_needs_one(spark):

@@ -319,11 +319,12 @@ def test_output_that_gains_a_column_mid_stream_fails_naming_it_and_a_declared_sc
     with pytest.raises(SchemaError, match=r"epoch \d+'s output has columns \['id', 'ts', 'note'\].* \['note'\] are new"):
         query.await_termination(timeout=120)
     query.stop()
-    # Published: what checkpoints committed before the failing epoch, in order, none with the new
-    # column. A row whose request was in flight at a barrier goes out with a later epoch, so the
-    # cut need not fall at the end of a file.
+    # Published: what checkpoints committed before the failing epoch, once each, none with the new
+    # column. A row whose request was in flight at a barrier goes out with a later epoch, and each
+    # reader takes its own contiguous share of a micro-batch, so the cut need not fall at the end
+    # of a file, nor be one prefix of the input: a share's rows may be out while another's wait.
     published = _ids_in(spark, out)
-    assert published == list(range(len(published))) and 0 < len(published) <= 4_000, published[-5:]
+    assert published and len(set(published)) == len(published) and published[-1] < 4_000, published[-5:]
     # Declared, the column is null where the function did not set it; the epoch kept is published.
     again = start(output_schema="id long, ts timestamp, note string")
     again.process_all_available()
