@@ -33,7 +33,7 @@ from .errors import RecordError, describe_value
 from .mailbox_processor import CoalescingInbox
 from .operator import OperatorContext, OperatorMetrics, no_fault_point
 from .retry import NoRetry, RetryStrategy
-from .service import ServiceGate
+from .service_gate import ServiceGate
 from .timers import DeadlineQueue, TimerHandle
 
 __all__ = [

@@ -38,7 +38,7 @@ from .key_ordered_queue import KeyOrderedQueue, order_key_of
 from .ordered_queue import OrderedQueue
 from .request_keys import RequestKey, key_text
 from .retry import NoRetry, RetryStrategy
-from .service import ServiceGate
+from .service_gate import ServiceGate
 from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 from .timers import DeadlineQueue
 from .unordered_queue import UnorderedQueue

@@ -53,7 +53,8 @@ from .errors import ConfigurationError, RecordError
 from .operator import no_fault_point
 from .request_keys import RequestKey, key_text
 from .retry import RetryStrategy
-from .service import AdaptiveCapacity, Service, ServiceGate, slots_of
+from .service import AdaptiveCapacity, Service, slots_of
+from .service_gate import ServiceGate
 from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 
 __all__ = ["AsyncWaitOperator", "DEAD_LETTER", "DeadLetter", "async_wait"]
