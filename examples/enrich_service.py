@@ -46,15 +46,9 @@ before the tail existed. What is *not* deterministic is the wall-clock time a re
 takes beyond the drawn latency (scheduling, the client's own load), and, when two requests for the
 same ``user_id`` are in flight at once, which of them gets which attempt number.
 
-Exceptions raised by :func:`lookup_user` (in ``examples.enrich_client``, re-exported here)::
-
-    EnrichmentServiceError        any answer other than 200
-    ├── TransientServiceError     5xx: worth retrying (an outage's 503 included)
-    ├── OverloadedError           429: over capacity; wait retry_after_s, then retry
-    └── NotFoundError             404: permanent, do not retry
-
-Each has ``user_id``, ``status``, ``body`` and ``retry_after_s`` (the Retry-After header in seconds,
-or None), and pickles with all four, as Ray hands it to another process.
+The client side, :func:`lookup_user`, :func:`http_session` and the exceptions for each answer
+(``OverloadedError`` for a 429, ``TransientServiceError`` for a 5xx, ``NotFoundError`` for a 404),
+lives in ``examples.enrich_client`` and is re-exported here.
 
 Example::
 
