@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Union
+from typing import Any, Callable, Literal, Union
 
 from .errors import ConfigurationError
 
@@ -88,7 +88,7 @@ def _retry_after(error: BaseException) -> float | None:
     headers = getattr(error, "headers", None)
     if headers is None:
         headers = getattr(getattr(error, "response", None), "headers", None)
-    if isinstance(headers, Mapping) or hasattr(headers, "get"):
+    if hasattr(headers, "get"):
         text = headers.get("Retry-After")  # type: ignore[union-attr]
         try:
             return max(0.0, float(text)) if text is not None else None

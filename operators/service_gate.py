@@ -58,6 +58,7 @@ class ServiceMetrics:
 
 _CLOSED, _OPEN, _HALF_OPEN = 0, 1, 2
 _NO_KEY = object()  # a call that no cache key stands for
+_SERVED = object()  # _served answered the attempt, or made it wait for another's call
 _IMMUTABLE = (int, float, str, bytes, bool, type(None))
 
 
@@ -148,11 +149,12 @@ class ServiceGate:
         """True: the attempt calls now (it counts as in flight). False: the gate keeps it, or
         ends it because the breaker is open."""
         now = self._time.now_ms()
-        if self._cache is not None and self._served(handler, now):
+        key = _NO_KEY if self._cache is None else self._served(handler, now)
+        if key is _SERVED:
             return False
         verdict = _WAIT if self._parked or self._again else self._may_call(now)
         if verdict == _GO:
-            self._begin(handler, now)
+            self._begin(handler, now, key)
             return True
         if verdict == _REJECT:
             self._reject(handler)
@@ -252,26 +254,27 @@ class ServiceGate:
             return _NO_KEY  # called as if there were no cache
         return key
 
-    def _served(self, handler: AttemptHandler, now: int) -> bool:
-        """Answer the attempt from the cache, or make it wait for the call in flight for its key."""
+    def _served(self, handler: AttemptHandler, now: int) -> Any:
+        """Answer the attempt from the cache, or make it wait for the call in flight for its key:
+        _SERVED; else the attempt's cache key (_NO_KEY where it has none), for its own call."""
         key = self._key(handler)
         if key is _NO_KEY:
-            return False
+            return key
         hit = self._cached.get(key)
         if hit is not None:
             if hit[0] > now:
                 self._cached.move_to_end(key)
                 self.metrics.cache_hits += 1
                 self._answer(handler, hit[1])
-                return True
+                return _SERVED
             del self._cached[key]
         leader = self._leaders.get(key)
         if leader is None:
-            return False
+            return key
         self._followers[leader].append(handler)
         self._following[handler] = leader
         self.metrics.merged += 1
-        return True
+        return _SERVED
 
     def note_raw(self, handler: AttemptHandler, raw: Any) -> None:
         """What the coroutine of the handler's call returned, before ``finish``: what the cache keeps."""
@@ -331,15 +334,11 @@ class ServiceGate:
                 return now + max(1, math.ceil((1.0 - tokens) * 1000.0 / self._rate))
         return _GO
 
-    def _begin(self, handler: AttemptHandler, now: int) -> None:
-        key = _NO_KEY
-        if self._cache is not None:
-            key = self._key(handler)
-            if key is not _NO_KEY and key not in self._leaders:
-                self._leaders[key] = handler
-                self._followers[handler] = []
-            else:
-                key = _NO_KEY
+    def _begin(self, handler: AttemptHandler, now: int, key: Any) -> None:
+        """Let the attempt's call go; ``key``: its cache key (``_served``'s), whose call it leads."""
+        if key is not _NO_KEY:
+            self._leaders[key] = handler  # _served found no call in flight for it
+            self._followers[handler] = []
         probe = self._state == _HALF_OPEN
         if probe:
             self._probes_in_flight += 1
@@ -382,12 +381,13 @@ class ServiceGate:
             if handler.deadline_ms is not None and handler.deadline_ms <= now:
                 handler.on_timeout()  # its deadline passed while it waited: it is not sent
                 continue
-            if self._cache is not None and self._served(handler, now):
+            key = _NO_KEY if self._cache is None else self._served(handler, now)
+            if key is _SERVED:
                 continue
             if verdict == _REJECT:
                 self._reject(handler)
                 continue
-            self._begin(handler, now)
+            self._begin(handler, now, key)
             handler.call()
 
     def _wake_up_at(self, when_ms: int) -> None:
