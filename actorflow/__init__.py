@@ -38,6 +38,7 @@ _ENTRY_POINTS = {
     "enrich": "actorflow.spark_bridge.enrich",
     "enrich_async": "actorflow.spark_bridge.enrich",
     "enrich_stream": "actorflow.spark_bridge.enrich",
+    "rerun_dead_letters": "actorflow.spark_bridge.dead_letters",
     "from_spark": "actorflow.spark_bridge.streams",
     "last_job": "actorflow.spark_bridge.streams",
     "spark_session": "actorflow.spark_bridge.session",
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
         Service,
         ServiceOverloaded,
     )
+    from .spark_bridge.dead_letters import rerun_dead_letters
     from .spark_bridge.enrich import enrich, enrich_async, enrich_stream
     from .spark_bridge.session import ensure_ray, spark_session, stop_spark
     from .spark_bridge.spark_cluster import on_spark_cluster

@@ -48,6 +48,9 @@ class ChainSpec:
     # A streaming job's instance: its number among all the job's instances. Each checkpoint then
     # stages the side outputs since the last one (``stage_side``), and they leave the state.
     side_index: int | None = None
+    # Per operator of the chain: the quota actor of the service it calls, where the job shares
+    # one between instances (``service_quota``), else None.
+    service_quotas: list[Any] | None = None
 
     def __post_init__(self) -> None:
         self.partitioning = Partitioning(self.partitioning)

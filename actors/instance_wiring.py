@@ -21,6 +21,7 @@ from .channel import ChannelSender
 from .instance_figures import async_operators
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner, pre_aggregator
 from .processing_time import AsyncioProcessingTimeService
+from .service_quota import RayServiceQuota
 
 __all__ = ["BackgroundTasks", "chaos_moments", "context_factory", "instance_output", "tick"]
 
@@ -72,9 +73,19 @@ def context_factory(
             fault_point=fault_point,
             # Without the subtask: after a restore, a record may go to another instance.
             request_key_prefix=f"{spec.job}/{op.name}",
+            service_quota=_quota_of(spec, i),
         )
 
     return context_for
+
+
+def _quota_of(spec: ChainSpec, i: int) -> Callable[[str | None, float | None], RayServiceQuota | None] | None:
+    """The context's ``service_quota`` for the chain's ``i``-th operator: the job's quota actor
+    of its service (checked against its rate when the job started), if the job keeps one."""
+    handle = spec.service_quotas[i] if spec.service_quotas else None
+    if handle is None:
+        return None
+    return lambda name, per_second: RayServiceQuota(handle)
 
 
 async def tick(

@@ -30,7 +30,9 @@ _COUNTERS = {
     "backpressured_ms": "Milliseconds the instance waited because downstream took no more output",
     "service_calls": "Calls that left for an async operator's service",
     "service_overloads": "Overload answers (429, 503) of the service",
-    "service_pauses": "Overload answers with a Retry-After, which paused every call of the instance",
+    "service_pauses": "Overload answers with a Retry-After, which paused every call to the service",
+    "service_quota_granted": "Call times the service's rate quota leased to the instance",
+    "service_quota_unused": "Leased call times that passed unused (dropped, never used late)",
     "service_breaker_opens": "Times the service's circuit breaker opened",
     "service_breaker_rejections": "Attempts ended without a call because the breaker was open",
     "service_probes": "Calls let through while the breaker was half-open",
@@ -55,7 +57,7 @@ _GAUGES = {
     "suspended_finishing": "1 while the ended input waits for the last requests and timers",
     "service_concurrency_limit": "Calls the service may have in flight from the instance now (adaptive with capacity='auto')",
     "service_breaker_state": "The service's circuit breaker: 0 closed, 1 open, 2 half-open",
-    "service_rate_limit": "The instance's share of the service's rate limit, in calls per second (0: none)",
+    "service_rate_limit": "The service's rate limit, in calls per second for all the instances (0: none)",
 }
 
 _registry: dict[str, Any] = {}

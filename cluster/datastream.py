@@ -91,6 +91,7 @@ class DataStream:
         copy_inputs: CopyInputs = True,
         object_reuse: bool = False,
         service: Service | None = None,
+        idempotency_key: Any = None,
     ) -> S:
         """Enrich each record through ``fn``, with Flink's async I/O guarantees.
 
@@ -118,6 +119,8 @@ class DataStream:
         in flight (``capacity="auto"`` adapts them to its overload answers), a rate limit shared
         by the instances, a circuit breaker; overload answers (429, 503) are sent again after
         the service's ``Retry-After``. See the guide "Services that push back".
+        ``idempotency_key`` (a column, or a function of the record) gives each record's
+        idempotency key, a string, instead of the one made from its origin.
         """
         kind = _function_kind(fn)
         mode = async_mode(ordered, order_key)
@@ -130,7 +133,7 @@ class DataStream:
         check_int("max_tasks", max_tasks, 1)
         AsyncWaitOperator(_Placeholder(), mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                           on_error=on_error, queue_capacity=queue_capacity, copy_inputs=copy_inputs,
-                          object_reuse=object_reuse, order_key=order_key, service=service)
+                          object_reuse=object_reuse, order_key=order_key, service=service, idempotency_key=idempotency_key)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
 
@@ -150,10 +153,11 @@ class DataStream:
                 function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                 on_error=on_error, copy_inputs=False if kind == "blocking" else copy_inputs, name=name,
                 queue_capacity=queue_capacity, object_reuse=object_reuse, order_key=order_key, service=service,
+                idempotency_key=idempotency_key,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism),
-                                       task_workers=max_tasks if kind == "blocking" else 0))
+                                       task_workers=max_tasks if kind == "blocking" else 0, service=service))
 
     def async_map_batch(
         self: S,
@@ -173,6 +177,7 @@ class DataStream:
         queue_capacity: int | None = None,
         copy_inputs: CopyInputs = True,
         object_reuse: bool = False,
+        idempotency_key: Any = None,
     ) -> S:
         """Enrich records ``batch_size`` at a time: ``fn(values)`` returns one result list per value.
 
@@ -202,7 +207,7 @@ class DataStream:
         AsyncBatchWaitOperator(AsyncBatchFunction(), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode,
                                capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
                                queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
-                               order_key=order_key)
+                               order_key=order_key, idempotency_key=idempotency_key)
         if fallback is not None and not callable(fallback):
             raise ConfigurationError(f"fallback must be callable, got {type(fallback).__name__}")
         # A batch that goes to a Ray task is serialised there: it is a copy already.
@@ -214,6 +219,7 @@ class DataStream:
                 mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry,
                 fallback=None if fallback is None else _named_fallback(fallback), on_error=on_error, name=name,
                 queue_capacity=queue_capacity, copy_inputs=copy, object_reuse=object_reuse, order_key=order_key,
+                idempotency_key=idempotency_key,
             )
 
         return self._with(OperatorNode(name, factory, self._parallelism(parallelism)))

@@ -24,14 +24,17 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from actorflow.actors.naming import instance_name, task_name, validate_job_name
 from actorflow.actors.operator_actor import ChainSpec, OperatorActor
+from actorflow.actors.service_quota import ServiceQuotaActor
 from actorflow.actors.source_actor import BlockReader, EpochReader, SourceActor
 from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.errors import ActorflowError, ConfigurationError, JobFailedError
+from actorflow.operators.service import RateLimit
+from actorflow.operators.service_quota import check_same_rate
 
 from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCoordinator, JobCheckpoints
 from .checkpoints.storage import CheckpointError, CheckpointStorage
 
-from .job_graph import JobGraph, SourceNode, Stage
+from .job_graph import JobGraph, OperatorNode, SourceNode, Stage
 from .job_report import OperatorSummary, job_html, job_text, operator_summaries
 from .pickling import explain_unpicklable
 from .progress import current_progress, reports_progress
@@ -135,6 +138,35 @@ class _NamedActor:
                 time.sleep(0.05)
 
 
+def start_service_quotas(graph: JobGraph, job: str) -> dict[str, Any]:
+    """One quota actor per service of the job that has a rate limit, or that more than one
+    instance calls (to share its pauses): the node name -> the actor of its service. A service
+    is its ``Service(name=...)``, else its operator's; one service with two rates is refused."""
+    by_service: dict[str, list[OperatorNode]] = {}
+    for node in graph.nodes:
+        if node.service is not None:
+            by_service.setdefault(node.service.name or node.name, []).append(node)
+    quotas: dict[str, Any] = {}
+    for service, nodes in by_service.items():
+        rates = [n.service.rate_limit.per_second if isinstance(n.service.rate_limit, RateLimit) else None for n in nodes]
+        for rate in rates[1:]:
+            check_same_rate(service, rates[0], rate)
+        if rates[0] is None and sum(n.parallelism for n in nodes) == 1:
+            continue
+        handle = _actor_class(ServiceQuotaActor).options(
+            name=f"{job}/service[{service}]", namespace=NAMESPACE, num_cpus=0, max_restarts=-1, max_task_retries=-1,
+            lifetime=None, runtime_env=ACTOR_RUNTIME_ENV,
+        )
+        actor = _NamedActor(handle, f"{job}/service[{service}]").remote(service, rates[0])
+        quotas.update((n.name, actor) for n in nodes)
+    return quotas
+
+
+def end_service_quotas(quotas: dict[str, Any]) -> None:
+    for handle in {id(h): h for h in quotas.values()}.values():
+        ray.kill(handle, no_restart=True)
+
+
 @reports_progress
 def run_job(
     graph: JobGraph,
@@ -180,24 +212,29 @@ def run_job(
     started = time.perf_counter()
     end_top_ups()  # the last job's: this one takes what waits, and tops up as it ends
     placement: dict[str, Any] = {"num_cpus": actor_num_cpus, "resources": dict(actor_resources or {})}
-    if config is None:
-        attempt = _Attempt(graph, job, 0, None, None, None, output_schema, placement, stream_output=on_finish is not None)
-        try:
-            attempt.deploy()
-            attempt.await_end(started)
-            return attempt.result(started, side_tags, on_finish)
-        except _AttemptFailed as failure:
-            raise _job_failure(job, failure.error) from _cause(failure.error)
-        except RayError as error:  # an actor died, or a call into one failed, outside the wait
-            raise _job_failure(job, error) from _cause(error)
-        finally:
-            attempt.kill()
-    return _run_recoverable(graph, job, config, started, output_schema, side_tags, placement)
+    quotas = start_service_quotas(graph, job)
+    try:
+        if config is None:
+            attempt = _Attempt(graph, job, 0, None, None, None, output_schema, placement,
+                               stream_output=on_finish is not None, service_quotas=quotas)
+            try:
+                attempt.deploy()
+                attempt.await_end(started)
+                return attempt.result(started, side_tags, on_finish)
+            except _AttemptFailed as failure:
+                raise _job_failure(job, failure.error) from _cause(failure.error)
+            except RayError as error:  # an actor died, or a call into one failed, outside the wait
+                raise _job_failure(job, error) from _cause(error)
+            finally:
+                attempt.kill()
+        return _run_recoverable(graph, job, config, started, output_schema, side_tags, placement, quotas)
+    finally:
+        end_service_quotas(quotas)
 
 
 def _run_recoverable(
     graph: JobGraph, job: str, config: CheckpointConfig, started: float, output_schema: pa.Schema | None,
-    side_tags: tuple[str, ...], placement: dict[str, Any],
+    side_tags: tuple[str, ...], placement: dict[str, Any], quotas: dict[str, Any],
 ) -> JobResult:
     checkpoints, first_id = _open_checkpoints(job, config)
     coordinator = _remote(CheckpointCoordinator, instance_name(job, COORDINATOR, 0, 1), {"num_cpus": 0}).remote(
@@ -212,7 +249,7 @@ def _run_recoverable(
     try:
         while True:
             attempt = _Attempt(graph, job, number, checkpoints.for_attempt(number), coordinator, restore,
-                               output_schema, placement)
+                               output_schema, placement, service_quotas=quotas)
             try:
                 attempt.deploy()
                 if failed_at is not None:
@@ -407,9 +444,10 @@ class _Attempt:
     def __init__(
         self, graph: JobGraph, job: str, number: int, checkpoints: JobCheckpoints | None, coordinator: Any,
         restore: int | None, output_schema: pa.Schema | None, placement: dict[str, Any],
-        stream_output: bool = False,
+        stream_output: bool = False, service_quotas: dict[str, Any] | None = None,
     ) -> None:
         self.graph, self.job, self.number = graph, job, number
+        self.service_quotas = service_quotas or {}  # node name -> its service's quota actor
         # With stream_output, the last stage's output leaves its actors as it is produced:
         # blocks[i] holds instance i's blocks, owned by this process, in order.
         self.stream_output = stream_output
@@ -471,6 +509,7 @@ class _Attempt:
                     restore=self.restore,
                     side_index=(sum(s.parallelism for s in stages[:position]) + i
                                 if source.unbounded and self.checkpoints is not None else None),
+                    service_quotas=[self.service_quotas.get(n.name) for n in stage.nodes] if self.service_quotas else None,
                 )
                 try:
                     actor = _remote(OperatorActor, spec.instance_name, self.placement).remote(spec)

@@ -109,6 +109,7 @@ class OperatorNode:
     key: Any = None  # with HASH: a column name, a tuple of them, or a function of the record
     side_tags: tuple[str, ...] = ()  # side outputs it writes (the late-data tag of a window)
     task_workers: int = 0  # Ray tasks each instance keeps running (blocking calls): each takes a worker process
+    service: Any = None  # the operators.service.Service its operator calls, if it says
 
     def __post_init__(self) -> None:
         self.partitioning = Partitioning(self.partitioning)

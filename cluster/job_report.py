@@ -46,8 +46,12 @@ class OperatorSummary:
     #: Late records of its windows by reason (``operators.windows.LateReason``), where any came.
     late_records: dict[str, int] = field(default_factory=dict)
     #: Per service its async operators call (``af.Service``): the ``service_*`` figures, counters
-    #: summed over the instances, the concurrency limit summed, the breaker's worst state.
+    #: summed over the instances, the concurrency limit summed, the breaker's worst state, the
+    #: service's rate limit.
     services: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+_GAUGES_OF_THE_SERVICE = ("service_breaker_state", "service_rate_limit")  # the same for every instance: the max
 
 
 def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[OperatorSummary]:
@@ -75,7 +79,7 @@ def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[Operator
         for service, figures_ in (figure.get("services") or {}).items():
             total = summary.services.setdefault(service, {})
             for k, v in figures_.items():
-                total[k] = max(total.get(k, 0), v) if k == "service_breaker_state" else total.get(k, 0) + v
+                total[k] = max(total.get(k, 0), v) if k in _GAUGES_OF_THE_SERVICE else total.get(k, 0) + v
         for reason in _LATE_REASONS:
             if figure.get(f"late_{reason}"):
                 summary.late_records[reason] = summary.late_records.get(reason, 0) + int(figure[f"late_{reason}"])

@@ -43,6 +43,7 @@ DEAD_LETTER_FIELDS = [
     pa.field("error", pa.string()),
     pa.field("attempts", pa.int64()),
     pa.field("operator", pa.string()),
+    pa.field("request_key", pa.string()),  # the idempotency key of its requests
 ]
 
 
@@ -100,6 +101,7 @@ def dead_letters_table(letters: list[DeadLetter], input_schema: pa.Schema | None
         "error": [letter.error for letter in letters],
         "attempts": [letter.attempts for letter in letters],
         "operator": [letter.operator for letter in letters],
+        "request_key": [letter.request_key for letter in letters],
     }
     return diagnosed_table([letter.value for letter in letters], input_schema, DEAD_LETTER_FIELDS, said,
                            prefix="dead_letter_", always=False)

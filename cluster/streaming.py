@@ -58,7 +58,10 @@ from actorflow.actors.instance_checkpoints import pack_side_records, unpack_side
 from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCoordinator, JobCheckpoints
 from .checkpoints.sink import TwoPhaseOutput
 from .checkpoints.storage import CheckpointStorage
-from .job import _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, default_checkpoint_directory
+from .job import (
+    _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, default_checkpoint_directory,
+    end_service_quotas, start_service_quotas,
+)
 from .job_graph import JobGraph, SourceNode
 
 __all__ = ["DRIVER_MOMENTS", "EpochFigures", "StreamSink", "StreamingJob"]
@@ -153,6 +156,7 @@ class StreamingJob:
         self._attempt: Any = None
         self._number = 0
         self._coordinator: Any = None
+        self._quotas: dict[str, Any] = {}  # node name -> its service's quota actor (job.start_service_quotas)
         self._checkpoints: JobCheckpoints | None = None
         self._stopped = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -188,6 +192,7 @@ class StreamingJob:
             self._checkpoints = JobCheckpoints(storage)
             self._coordinator = _remote(CheckpointCoordinator, instance_name(self.job, COORDINATOR, 0, 1),
                                         {"num_cpus": 0}).remote(self.job, self._checkpoints, self.config, first_id)
+            self._quotas = start_service_quotas(self.graph, self.job)
             restore = _restore_point(self.job, self._coordinator, self._number)
             self.resumed_from = restore
             self.epoch = self._epoch_of(restore)
@@ -265,6 +270,7 @@ class StreamingJob:
             self._attempt.kill()
         if self._coordinator is not None:
             ray.kill(self._coordinator, no_restart=True)
+        end_service_quotas(self._quotas)
 
     @property
     def running(self) -> bool:
@@ -377,7 +383,7 @@ class StreamingJob:
     def _deploy(self, restore: int | None) -> None:
         assert self._checkpoints is not None
         attempt = _Attempt(self.graph, self.job, self._number, self._checkpoints.for_attempt(self._number),
-                           self._coordinator, restore, self.output_schema, self.placement)
+                           self._coordinator, restore, self.output_schema, self.placement, service_quotas=self._quotas)
         self._attempt = attempt
         attempt.deploy()
         for epoch in sorted(self._pending):

@@ -83,7 +83,8 @@ def errors_page() -> str:
         "failure is a `JobFailedError` whose `__cause__` is the operator's error; an exception that cannot",
         "cross a process boundary arrives as a `ForeignError` holding its type, message and traceback.",
         "With `on_error=\"dead_letter\"` a record's error goes to the dead letters instead, with its",
-        "`error_type`, `error`, `attempts` and `operator`.",
+        "`error_type`, `error`, `attempts`, `operator` and `request_key` (the idempotency key of its",
+        "requests, which `rerun_dead_letters` sends it again with).",
     ]
     return "\n".join(lines) + "\n"
 

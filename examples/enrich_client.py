@@ -110,7 +110,7 @@ def http_session() -> aiohttp.ClientSession:
 
 
 async def lookup_user(
-    session: aiohttp.ClientSession, base_url: str, user_id: int
+    session: aiohttp.ClientSession, base_url: str, user_id: int, idempotency_key: str | None = None
 ) -> dict[str, Any]:
     """Fetch one user's profile; raise :class:`TransientServiceError` on 5xx,
     :class:`OverloadedError` on 429 and :class:`NotFoundError` on 404, each with the answer's
@@ -118,8 +118,10 @@ async def lookup_user(
 
     It sets no timeout of its own beyond the session's: a per-record deadline belongs to the
     caller (the async operator's ``timeout_ms``), which is how a hanging request is cut short.
+    ``idempotency_key`` goes in an ``Idempotency-Key`` header, which the service counts by.
     """
-    async with session.get(f"{base_url}/user/{user_id}") as resp:
+    headers = None if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+    async with session.get(f"{base_url}/user/{user_id}", headers=headers) as resp:
         if resp.status == 200:
             body: dict[str, Any] = await resp.json()
             return body

@@ -269,6 +269,12 @@ class EnrichmentService:
         self._tails = 0
         self._rejected_429 = 0
         self._outage_requests = 0
+        self._refuse_next = 0  # requests still to answer 429 at once (refuse_next)
+        self._refuse_retry_after_s: float | None = None
+        self._refusals = array("d")  # time.monotonic() of each request refuse_next turned away
+        self._failing_users: frozenset[int] = frozenset()  # answered 503 (set_failing_users)
+        self._calls_by_key: Counter[str] = Counter()  # requests received, per Idempotency-Key
+        self._answered_by_key: Counter[str] = Counter()  # of them, those answered 200
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -342,6 +348,37 @@ class EnrichmentService:
         with self._stats_lock:
             self._outage = on
             self._outage_retry_after_s = retry_after_s
+
+    def refuse_next(self, count: int = 1, *, retry_after_s: float | None = None) -> None:
+        """Answer the next ``count`` requests 429 at once, with ``retry_after_s`` as their
+        ``Retry-After`` if given; ``refusal_times()`` says when they came."""
+        if retry_after_s is not None:
+            _check_retry_after(retry_after_s)
+        with self._stats_lock:
+            self._refuse_next = count
+            self._refuse_retry_after_s = retry_after_s
+
+    def set_failing_users(self, users: Iterable[int]) -> None:
+        """Answer 503 at once to every request for these users from now on (a shard that is
+        down), until set again; an empty set ends it."""
+        with self._stats_lock:
+            self._failing_users = frozenset(users)
+
+    def calls_by_key(self) -> dict[str, int]:
+        """Requests received per ``Idempotency-Key`` header, a copy (requests without one: none)."""
+        with self._stats_lock:
+            return dict(self._calls_by_key)
+
+    def answered_by_key(self) -> dict[str, int]:
+        """Requests answered 200 per ``Idempotency-Key`` header, a copy: a service that
+        de-duplicates would have done the work for each key once."""
+        with self._stats_lock:
+            return dict(self._answered_by_key)
+
+    def refusal_times(self) -> list[float]:
+        """The ``time.monotonic()`` of each request that ``refuse_next`` turned away."""
+        with self._stats_lock:
+            return self._refusals.tolist()
 
     def stats(self) -> dict[str, Any]:
         """Counters since start, as a consistent copy::
@@ -485,15 +522,25 @@ class EnrichmentService:
         # The front door, decided in one step under the lock: a request let in takes its slot
         # before the next one is looked at.
         retry_after_s: float | None = None
+        idempotency_key = request.headers.get("Idempotency-Key")
         with self._stats_lock:
             self._requests += 1
             self._arrivals.append(time.monotonic())
             if user_id is not None:
                 self._calls_by_user[user_id] += 1
+            if idempotency_key is not None:
+                self._calls_by_key[idempotency_key] += 1
             capacity = self._capacity
-            if self._outage:
+            if user_id in self._failing_users:
+                door, retry_after_s = "failing", None
+            elif self._outage:
                 self._outage_requests += 1
                 door, retry_after_s = "outage", self._outage_retry_after_s
+            elif self._refuse_next:
+                self._refuse_next -= 1
+                self._rejected_429 += 1
+                self._refusals.append(self._arrivals[-1])
+                door, retry_after_s = "refused", self._refuse_retry_after_s
             elif capacity is not None and self._in_flight >= capacity:
                 self._rejected_429 += 1
                 door, retry_after_s = "full", self.retry_after_s
@@ -505,6 +552,10 @@ class EnrichmentService:
         if door == "full":
             error = f"over capacity: {capacity} requests in flight already"
             return self._count(_refusal(429, error, retry_after_s))
+        if door == "refused":
+            return self._count(_refusal(429, "refused: told to turn this request away", retry_after_s))
+        if door == "failing":
+            return self._count(_refusal(503, f"user {user_id}'s shard is down", None))
         try:
             if user_id is None:
                 return self._count(
@@ -533,6 +584,9 @@ class EnrichmentService:
                 return self._count(
                     web.json_response({"error": f"no user {user_id}"}, status=404)
                 )
+            if idempotency_key is not None:
+                with self._stats_lock:
+                    self._answered_by_key[idempotency_key] += 1
             return self._count(web.json_response(user_profile(user_id)))
         finally:
             with self._stats_lock:

@@ -76,10 +76,14 @@ class DeadLetter:
     error_type: str
     error: str
     operator: str
+    #: The idempotency key of the record's requests (``request_keys``): what
+    #: ``rerun_dead_letters`` sends it again with.
+    request_key: str | None = None
 
     def to_state(self) -> tuple[Any, ...]:
         """As plain data, a side output's ``("dead_letter", ...)`` in ``operators.state``."""
-        return ("dead_letter", self.value, self.timestamp_ms, self.attempts, self.error_type, self.error, self.operator)
+        return ("dead_letter", self.value, self.timestamp_ms, self.attempts, self.error_type, self.error, self.operator,
+                self.request_key)
 
     @classmethod
     def from_state(cls, state: tuple[Any, ...]) -> DeadLetter:

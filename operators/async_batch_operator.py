@@ -153,9 +153,10 @@ class AsyncBatchWaitOperator(AsyncQueueOperator):
         queue_capacity: int | None = None,
         object_reuse: bool = False,
         order_key: Any = None,
+        idempotency_key: Any = None,
     ) -> None:
         super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
-                         object_reuse=object_reuse, order_key=order_key)
+                         object_reuse=object_reuse, order_key=order_key, idempotency_key=idempotency_key)
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ConfigurationError(f"batch_size must be an int > 0, got {batch_size!r}")
         if batch_timeout_ms is not None and (not isinstance(batch_timeout_ms, int) or batch_timeout_ms <= 0):
@@ -417,6 +418,7 @@ def async_wait_batch(
     copy_inputs: CopyInputs = True,
     object_reuse: bool = False,
     order_key: Any = None,
+    idempotency_key: Any = None,
 ) -> AsyncBatchWaitOperator:
     """Build a batched async I/O operator.
 
@@ -440,5 +442,5 @@ def async_wait_batch(
     return AsyncBatchWaitOperator(
         function, batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, mode=mode, capacity=capacity,
         timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
-        queue_capacity=queue_capacity, object_reuse=object_reuse, order_key=order_key,
+        queue_capacity=queue_capacity, object_reuse=object_reuse, order_key=order_key, idempotency_key=idempotency_key,
     )

@@ -89,6 +89,7 @@ class AsyncQueueOperator(StreamOperator):
         name: str,
         object_reuse: bool = False,
         order_key: Any = None,
+        idempotency_key: Any = None,
     ) -> None:
         if mode not in ("ordered", "unordered", "key_ordered"):
             raise ConfigurationError(f"mode must be 'ordered', 'unordered' or 'key_ordered', got {mode!r}")
@@ -121,6 +122,9 @@ class AsyncQueueOperator(StreamOperator):
         self._failed: RecordError | None = None
         self._restored: list[Pending] = []
         self._sequence = 0  # records taken in: the fallback idempotency key of a record without origin
+        # Where a record's idempotency key is given (a column, or a function of the record)
+        # instead of made from its origin (``request_keys``).
+        self._given_key = None if idempotency_key is None else order_key_of(idempotency_key)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -165,7 +169,7 @@ class AsyncQueueOperator(StreamOperator):
         # _request_key(), inlined: this runs once per record
         sequence = self._sequence
         self._sequence = sequence + 1
-        key = (self._key_prefix, record.origin, sequence)
+        key: RequestKey = (self._key_prefix, record.origin, sequence) if self._given_key is None else self._key_of(record)
         # As _add does, without a Pending for a record that starts at once.
         if self._waiting or not self._try_start_new(record, key):
             self._waiting.append(Pending(record, key=key))
@@ -223,8 +227,23 @@ class AsyncQueueOperator(StreamOperator):
         """The idempotency key of a record taken in now, as its parts; it counts as taken in."""
         sequence = self._sequence
         self._sequence += 1
+        if self._given_key is not None:
+            return self._key_of(record)
         prefix = self.context.request_key_prefix
         return (self.context.name if prefix is None else prefix, record.origin, sequence)
+
+    def _key_of(self, record: Record) -> str:
+        """The idempotency key the record gives (``idempotency_key``): a string that is not empty."""
+        assert self._given_key is not None
+        try:
+            key = self._given_key(record.value)
+        except Exception as error:
+            raise RecordError(f"the idempotency key of a record could not be read: {error!r}", operator=self.name,
+                              value=record.value, timestamp_ms=record.timestamp_ms) from error
+        if not isinstance(key, str) or not key:
+            raise RecordError(f"a record's idempotency key must be a string that is not empty, got {key!r}",
+                              operator=self.name, value=record.value, timestamp_ms=record.timestamp_ms)
+        return key
 
     def _add(self, pending: Pending) -> None:
         # Behind an element that waits for room, everything waits: order is kept.
@@ -375,6 +394,7 @@ class AsyncQueueOperator(StreamOperator):
                     type(error.__cause__ or error).__name__,
                     str(error),
                     self.context.name,
+                    key_text(entry.key),
                 ),
             )
             return

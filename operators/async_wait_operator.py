@@ -53,7 +53,7 @@ from .errors import ConfigurationError, RecordError
 from .operator import no_fault_point
 from .request_keys import RequestKey, key_text
 from .retry import RetryStrategy
-from .service import AdaptiveCapacity, Service, slots_of
+from .service import AdaptiveCapacity, RateLimit, Service, slots_of
 from .service_gate import ServiceGate
 from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 
@@ -236,9 +236,10 @@ class AsyncWaitOperator(AsyncQueueOperator):
         object_reuse: bool = False,
         order_key: Any = None,
         service: Service | None = None,
+        idempotency_key: Any = None,
     ) -> None:
         super().__init__(mode=mode, timeout_ms=timeout_ms, retry=retry, on_error=on_error, copy_inputs=copy_inputs, name=name,
-                         object_reuse=object_reuse, order_key=order_key)
+                         object_reuse=object_reuse, order_key=order_key, idempotency_key=idempotency_key)
         # With capacity="auto", the records in flight: as many as the adaptive limit may reach.
         self.service, capacity = slots_of(capacity, service)
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity <= 0:
@@ -270,9 +271,12 @@ class AsyncWaitOperator(AsyncQueueOperator):
             self._request_type = _CoroutineRequest
         self.gate = None
         if self.service is not None:
+            share, rate = self.context.service_quota, self.service.rate_limit
+            per_second = rate.per_second if isinstance(rate, RateLimit) else None
+            quota = None if share is None else share(self.service.name, per_second)
             self.gate = ServiceGate(self.service, self.context.processing_time, self.completions.put,
                                     capacity=self.capacity, parallelism=self.context.parallelism, name=self.name,
-                                    finish=self._finish)
+                                    finish=self._finish, quota=quota)
             restored = getattr(self, "_restored_service", None)
             if restored is not None:
                 self.gate.restore(restored)
@@ -362,6 +366,7 @@ def async_wait(
     object_reuse: bool = False,
     order_key: Any = None,
     service: Service | None = None,
+    idempotency_key: Any = None,
 ) -> AsyncWaitOperator:
     """Build an async I/O operator.
 
@@ -374,7 +379,9 @@ def async_wait(
     ``Service(capacity="auto")``, whose ceiling then bounds the records in flight.
     ``copy_inputs`` (see the module docstring) says how each attempt's input is copied;
     ``object_reuse=True`` keeps the caller's object instead of a copy of it: the caller must not
-    change an object it has handed on.
+    change an object it has handed on. ``idempotency_key`` (a column of a dict record, or a
+    function of the record) gives each record's idempotency key, a string, instead of the one
+    made from its origin (``request_keys``).
 
     >>> async def lookup(user_id):
     ...     return [{"user_id": user_id, "segment": "gold"}]
@@ -385,5 +392,5 @@ def async_wait(
     return AsyncWaitOperator(
         function, mode=mode, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error, name=name,
         queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse, order_key=order_key,
-        service=service,
+        service=service, idempotency_key=idempotency_key,
     )

@@ -35,6 +35,7 @@ from .errors import ActorflowError, ConfigurationError, MailboxClosedError
 from .input_channels import InputChannels
 from .mailbox_processor import DefaultActionController, MailboxProcessor
 from .operator import OperatorChain, OperatorContext, StreamOperator, no_fault_point
+from .service_quota import ServiceQuotas
 from .stream_task import Rows, StreamTask
 from .timers import ManualProcessingTimeService
 
@@ -121,7 +122,8 @@ class OperatorHarness:
     valve, a barrier holds its channel until every live channel delivered it, and the input
     ends when every channel has ended. ``checkpoints`` holds the checkpoint taken at each
     aligned barrier (for ``restore``); ``fault_points`` lists the chaos moments reached, with
-    ``watch_fault_points=True``.
+    ``watch_fault_points=True``. Harnesses given the same ``service_quotas`` share the rate
+    quotas and pauses of their services, as a job's instances do.
     """
 
     def __init__(
@@ -134,6 +136,7 @@ class OperatorHarness:
         request_key_prefix: str | None = None,
         num_inputs: int = 1,
         watch_fault_points: bool = False,
+        service_quotas: ServiceQuotas | None = None,
     ) -> None:
         operators = [operator] if isinstance(operator, StreamOperator) else list(operator)
         self.chain = OperatorChain(operators)
@@ -169,6 +172,9 @@ class OperatorHarness:
                 request_key_prefix=(
                     request_key_prefix if request_key_prefix is None or len(operators) == 1 else f"{request_key_prefix}#{i}"
                 ),
+                service_quota=None if service_quotas is None else (
+                    lambda service, per_second: service_quotas.quota(
+                        service or f"{request_key_prefix or 'operator'}#{i}", per_second, self.clock.now_ms())),
             )
 
         self.chain.setup(context_for, self._out)

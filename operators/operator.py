@@ -105,6 +105,10 @@ class OperatorContext:
     #: as "retry_wait" or "completion"; the host may end the process there. Operators skip the
     #: call while it is ``no_fault_point``; a host arms it by setting another callable.
     fault_point: Callable[[str], None] = no_fault_point
+    #: The quota of a service, shared by the job's instances that call it: given the service's
+    #: name (None: this operator's own) and its rate limit in calls per second (None: none), a
+    #: ``service_quota.ServiceQuota``, or None where each instance keeps its own share.
+    service_quota: Callable[[str | None, float | None], Any] | None = None
 
 
 class StreamOperator:

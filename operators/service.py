@@ -7,10 +7,11 @@ the gate, in the operator's queue and so in its snapshots) while
 
 - ``capacity`` calls are in flight: a fixed number, or ``AdaptiveCapacity`` (``"auto"``), which
   follows what the service takes;
-- the ``rate_limit`` has no call left for now (a token bucket, split evenly between the
-  operator's instances, each with a burst of 5 % of its second's share, at least one call);
+- the ``rate_limit`` has no call time for it yet: the quota hands out call times ``1 / rate``
+  apart for the whole service, in short leases to each instance that waits for some, with no
+  burst (``service_quota``); on Ray one actor per job and service keeps it for every instance;
 - the service asked for a pause: an overload answer with ``Retry-After`` stops every call of
-  the gate until then, not only the one answered;
+  the service until then, on every instance, not only the one answered;
 - the ``breaker`` is open (``CircuitBreaker``).
 
 Before any of that, a ``LookupCache`` may answer the attempt without a call: from the results
@@ -261,7 +262,8 @@ class Service:
     as many as the operator's own ``capacity``). ``rate_limit``: calls per second for all the
     instances (a number, or ``RateLimit``). ``breaker``: a ``CircuitBreaker``, or None.
     ``overload_retries``: overload answers sent again per record before one counts as a failure.
-    ``name`` tags the service's metrics (default: the operator's name).
+    ``name`` tags the service's metrics (default: the operator's name); operators of a job that
+    give the same ``name`` share its rate quota and its pauses.
     """
 
     name: str | None = None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 from .errors import CircuitOpenError
 from .key_ordered_queue import order_key_of
 from .service import AdaptiveCapacity, RateLimit, Service, overload_of
+from .service_quota import STALE_MS, Lease, LocalQuota, ServiceQuota, lease_size
 
 if TYPE_CHECKING:
     from .async_attempt import AttemptHandler
@@ -40,7 +41,9 @@ class ServiceMetrics:
     probes: int = 0  # calls let through while half-open
     limit: float = 0.0  # calls allowed in flight now
     breaker_state: int = 0  # 0 closed, 1 open, 2 half-open
-    rate_per_s: float = 0.0  # this instance's share of the rate limit (0: none)
+    rate_per_s: float = 0.0  # the service's rate limit, calls per second for all the instances (0: none)
+    quota_granted: int = 0  # call times the quota gave this instance
+    quota_unused: int = 0  # of them, those that passed unused (dropped, never used late)
     cache_hits: int = 0  # records answered from the cache, without a call
     merged: int = 0  # records that waited for a call in flight for the same key instead of calling
     hedges: int = 0  # second calls started for slow ones
@@ -52,6 +55,7 @@ class ServiceMetrics:
                 "service_breaker_opens": self.breaker_opens, "service_breaker_rejections": self.breaker_rejections,
                 "service_probes": self.probes, "service_concurrency_limit": self.limit,
                 "service_breaker_state": self.breaker_state, "service_rate_limit": self.rate_per_s,
+                "service_quota_granted": self.quota_granted, "service_quota_unused": self.quota_unused,
                 "service_cache_hits": self.cache_hits, "service_merged": self.merged,
                 "service_hedges": self.hedges, "service_hedge_wins": self.hedge_wins}
 
@@ -83,6 +87,7 @@ class ServiceGate:
     def __init__(
         self, service: Service, processing_time: ProcessingTimeService, put_mail: Callable[..., None], *,
         capacity: int, parallelism: int = 1, name: str = "async_wait", finish: Callable[[Any, Any], Any] | None = None,
+        quota: ServiceQuota | None = None,
     ) -> None:
         self.service = service
         self.name = service.name or name
@@ -110,10 +115,22 @@ class ServiceGate:
         self._overloads: dict[AttemptHandler, int] = {}
         rate = service.rate_limit
         assert rate is None or isinstance(rate, RateLimit)
-        self._rate = 0.0 if rate is None else rate.per_second / max(1, parallelism)  # per ms below
-        self._burst = max(1.0, self._rate * 0.05)
-        self._tokens = 0.0  # no burst at the start, nor after a restore
-        self._tokens_at = processing_time.now_ms()
+        # The rate's call times come in leases from the quota: the service's, shared by every
+        # instance (``quota``), or else this instance's even share of the rate, kept here.
+        self._rate = 0.0 if rate is None else rate.per_second
+        if rate is not None and quota is None:
+            self._rate = rate.per_second / max(1, parallelism)
+            quota = LocalQuota(self._rate, start_ms=processing_time.now_ms())
+        self._quota = quota
+        # What a lease asks for: this instance's share of LEASE_MS at first; twice as much each
+        # time records had to wait for a lease, half as much each time call times went unused.
+        self._lease_most = lease_size(self._rate) if self._rate else 0
+        self._lease_size = 0 if rate is None else lease_size(rate.per_second / max(1, parallelism))
+        self._leased = 0  # the calls the last lease was for
+        self._leases: deque[list[float]] = deque()  # [next call time, spacing, calls left]
+        self._leasing = False  # a lease is on its way
+        if quota is not None:
+            quota.watch(lambda until_ms: self._put(self._on_paused, until_ms))
         self._paused_until = 0
         self._breaker = service.breaker
         self._state = _CLOSED
@@ -141,7 +158,7 @@ class ServiceGate:
         self._latencies: deque[int] = deque(maxlen=1_000)  # of recent successful calls, for a percentile
         self._hedge_due: list[tuple[int, int, AttemptHandler]] = []  # heap of (due, call number, handler)
         self._hedging: set[AttemptHandler] = set()  # attempts with a second call in flight
-        self.metrics = ServiceMetrics(limit=self.limit, rate_per_s=self._rate)
+        self.metrics = ServiceMetrics(limit=self.limit, rate_per_s=0.0 if rate is None else rate.per_second)
 
     # ----------------------------------------------------------------- attempts
 
@@ -189,6 +206,8 @@ class ServiceGate:
             if retry_after > 0:
                 self._paused_until = max(self._paused_until, now + math.ceil(retry_after * 1000))
                 self.metrics.pauses += 1
+                if self._quota is not None:
+                    self._quota.pause(self._paused_until)  # every instance of the service pauses
             self._failed(probe, now)
         else:
             counts = self._breaker.counts if self._breaker is not None else None
@@ -328,10 +347,14 @@ class ServiceGate:
         if self.in_flight >= int(self.limit):
             return _WAIT
         if self._rate:
-            tokens = min(self._burst, self._tokens + (now - self._tokens_at) * self._rate / 1000.0)
-            self._tokens, self._tokens_at = tokens, now
-            if tokens < 1.0:
-                return now + max(1, math.ceil((1.0 - tokens) * 1000.0 / self._rate))
+            slot = self._slot(now)
+            if slot is None:
+                if not self._leasing:
+                    self._lease_size = min(self._lease_most, self._lease_size * 2)
+                self._lease(now)
+                return _WAIT  # until the lease comes (_on_lease)
+            if slot > now:
+                return math.ceil(slot)
         return _GO
 
     def _begin(self, handler: AttemptHandler, now: int, key: Any) -> None:
@@ -344,7 +367,7 @@ class ServiceGate:
             self._probes_in_flight += 1
             self.metrics.probes += 1
         if self._rate:
-            self._tokens -= 1.0
+            self._take_slot(now)
         self.in_flight += 1
         self._calls[handler] = (self._begun, probe, key, now)
         if self.hedge is not None and not probe:
@@ -405,6 +428,59 @@ class ServiceGate:
             self._start_hedges(now)
         self._drain(now)
 
+    # ------------------------------------------------------------- rate quota
+
+    def _slot(self, now: int) -> float | None:
+        """The next call time of the leases, dropping those more than STALE_MS past; None: none left."""
+        leases = self._leases
+        while leases:
+            lease = leases[0]
+            late = now - STALE_MS - lease[0]
+            if late > 0:
+                dropped = min(int(lease[2]), math.ceil(late / lease[1]))
+                lease[0] += dropped * lease[1]
+                lease[2] -= dropped
+                self.metrics.quota_unused += dropped
+                self._lease_size = max(1, self._lease_size // 2)
+            if lease[2] > 0:
+                return lease[0]
+            leases.popleft()
+        return None
+
+    def _take_slot(self, now: int) -> None:
+        """A call leaves at the next call time (``_slot`` found it due); ask for the next lease
+        early, while records wait, so that the calls do not wait for it."""
+        lease = self._leases[0]
+        lease[0] += lease[1]
+        lease[2] -= 1
+        if not lease[2]:
+            self._leases.popleft()
+        if self._parked_set and sum(left for _, _, left in self._leases) * 2 <= self._leased:
+            self._lease(now)
+
+    def _lease(self, now: int) -> None:
+        """Ask the quota for call times: one for each record that waits for a call, up to a lease."""
+        if not self._leasing:
+            assert self._quota is not None
+            self._leasing = True
+            self._leased = min(self._lease_size, max(1, len(self._parked_set)))
+            self._quota.lease(self._leased, now, lambda lease: self._put(self._on_lease, lease))
+
+    def _on_lease(self, lease: Lease | BaseException) -> None:
+        self._leasing = False
+        if isinstance(lease, BaseException):
+            raise lease  # the quota could not be reached: the operator fails, and a restore retries
+        self._leases.append([lease.first_ms, lease.spacing_ms, float(lease.count)])
+        self.metrics.quota_granted += lease.count
+        self._paused_until = max(self._paused_until, lease.paused_until_ms)
+        self._drain(self._time.now_ms())
+
+    def _on_paused(self, until_ms: int) -> None:
+        """An instance of the service (this one, or another) was asked to pause until ``until_ms``."""
+        if until_ms > self._paused_until:
+            self._paused_until = until_ms
+            self._drain(self._time.now_ms())
+
     # ---------------------------------------------------------------- hedging
 
     def _hedge_delay(self) -> int | None:
@@ -428,9 +504,8 @@ class ServiceGate:
         if self._rate:
             if self._parked or self._again:
                 return False
-            self._tokens = min(self._burst, self._tokens + (now - self._tokens_at) * self._rate / 1000.0)
-            self._tokens_at = now
-            if self._tokens < 1.0:
+            slot = self._slot(now)
+            if slot is None or slot > now:
                 return False
         return True
 
@@ -449,7 +524,7 @@ class ServiceGate:
             self._hedging.add(handler)
             self.in_flight += 1
             if self._rate:
-                self._tokens -= 1.0
+                self._take_slot(now)
             self.metrics.hedges += 1
             self.metrics.calls += 1
         if due:
@@ -540,6 +615,8 @@ class ServiceGate:
             self._gain_from = self.limit
             self.metrics.limit = self.limit
         self._paused_until = now + int(state["paused_ms"])
+        if self._paused_until > now and self._quota is not None:
+            self._quota.pause(self._paused_until)
         if state["open_ms"] is not None and self._breaker is not None:
             self._state, self._open_until = _OPEN, now + int(state["open_ms"])
             self.metrics.breaker_state = _OPEN

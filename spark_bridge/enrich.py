@@ -62,6 +62,7 @@ def enrich(
     overwrite: bool = False,
     object_reuse: bool = True,
     service: Service | None = None,
+    idempotency_key: str | None = None,
 ) -> "DataFrame | tuple[DataFrame, DataFrame]":
     """Enrich every row of ``df`` with ``fn(row) -> dict`` and return the enriched DataFrame.
 
@@ -79,8 +80,9 @@ def enrich(
 
     With ``on_error="fail"`` a failing row fails the job with an error that names the row; with
     ``on_error="dead_letter"`` the result is ``(enriched, dead_letters)``, the second holding
-    the failed rows with ``error_type``, ``error``, ``attempts`` and ``operator`` (each named
-    ``dead_letter_<name>`` instead where the input has a column of that name).
+    the failed rows with ``error_type``, ``error``, ``attempts``, ``operator`` and
+    ``request_key`` (each named ``dead_letter_<name>`` instead where the input has a column of
+    that name); ``rerun_dead_letters`` runs them again.
 
     Types: the input's columns come back with exactly their Spark types; new columns are
     inferred as Spark would (int → bigint, float → double, naive datetime → timestamp in UTC).
@@ -113,6 +115,11 @@ def enrich(
     instances, a circuit breaker; an overload answer (429, 503) is sent again after the
     service's ``Retry-After``, and pauses every call of the instance until then.
 
+    Each row's requests carry an idempotency key (``af.current_request_key()``), the same on every
+    attempt and after a restore: made from the row's place in ``df``, or the value of the column
+    ``idempotency_key``, a string. Dead letters keep it (``request_key``), and
+    ``rerun_dead_letters`` sends them again with it.
+
     ``object_reuse=True``, the default here, skips the copy the async operator would keep of each
     row it takes in: each row is made fresh from Arrow and nothing else holds it. (The function's
     own copy of its argument is ``copy_inputs``.)
@@ -137,7 +144,8 @@ def enrich(
             from_spark(df, parallelism=parallelism, job_name=job_name), fn, output_schema, fallback_fn, ordered=ordered,
             order_key=order_key, capacity=capacity, timeout_ms=timeout_ms, retry=retry, on_error=on_error,
             queue_capacity=queue_capacity,
-            batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse, service=service)
+            batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, object_reuse=object_reuse, service=service,
+            idempotency_key=idempotency_key)
         source = weakref.ref(stream.graph.source)
         try:
             return stream.to_spark(schema, dead_letters=on_error == "dead_letter", progress=progress, **checkpoints)
@@ -211,15 +219,28 @@ def enrich_stream(
                                checkpoint_interval_ms=checkpoint_interval_ms, dead_letters=dead_letters)
 
 
-def check_order_key(order_key: Any, schema: pa.Schema) -> None:
-    """Refuse an order key that names a column the rows do not have, before any job."""
+def check_order_key(order_key: Any, schema: pa.Schema, what: str = "order_key") -> None:
+    """Refuse an order key (or another key: ``what``) that names a column the rows do not have,
+    before any job."""
     if order_key is None or callable(order_key):
         return
     columns = [order_key] if isinstance(order_key, str) else list(order_key) if isinstance(order_key, tuple | list) else []
     missing = [c for c in columns if isinstance(c, str) and c not in schema.names]
     if missing:
-        raise ConfigurationError(f"order_key names {missing[0]!r}, which is not a column of the input; its columns "
+        raise ConfigurationError(f"{what} names {missing[0]!r}, which is not a column of the input; its columns "
                                  f"are {schema.names}")
+
+
+def check_idempotency_key(column: Any, schema: pa.Schema) -> None:
+    """Refuse an ``idempotency_key`` that is not a string column of the input."""
+    if column is None:
+        return
+    if not isinstance(column, str):
+        raise ConfigurationError(f"idempotency_key must be the name of a string column, got {column!r}")
+    check_order_key(column, schema, "idempotency_key")
+    kind = schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise ConfigurationError(f"idempotency_key {column!r} must be a string column; it is {kind}")
 
 
 def _service_slots(capacity: Any, service: Any, batch_size: int | None) -> tuple[Service | None, int]:
@@ -260,7 +281,7 @@ def _enriched(
     order_key: Any, capacity: int,
     timeout_ms: int | None, retry: RetryStrategy | None, on_error: Literal["fail", "dead_letter"],
     queue_capacity: int | None, batch_size: int | None, batch_timeout_ms: int | None, object_reuse: bool,
-    service: Service | None = None,
+    service: Service | None = None, idempotency_key: str | None = None,
 ) -> tuple[SparkDataStream, pa.Schema | None]:
     """``stream`` with enrich()'s operator, and the output's schema from ``output_schema``."""
     schema = to_arrow_schema(output_schema)
@@ -269,18 +290,20 @@ def _enriched(
         schema = pa.schema([f for f in stream._input_schema if f.name not in given] + list(schema))
     copy_inputs = scalar_rows_copy(stream._input_schema)
     check_order_key(order_key, stream._input_schema)
+    check_idempotency_key(idempotency_key, stream._input_schema)
     if batch_size is not None:
         return stream.async_map_batch(
             _merge_batches(fn), batch_size=batch_size, batch_timeout_ms=batch_timeout_ms, ordered=ordered,
             order_key=order_key, capacity=capacity, timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error,
             name="enrich", queue_capacity=queue_capacity, copy_inputs=copy_inputs, object_reuse=object_reuse,
+            idempotency_key=idempotency_key,
         ), schema
     if batch_timeout_ms is not None:
         raise ConfigurationError(f"batch_timeout_ms needs batch_size, got batch_timeout_ms={batch_timeout_ms} without it")
     return stream.async_map(
         _merge_rows(cast(Callable[[dict[str, Any]], Any], fn)), ordered=ordered, order_key=order_key, capacity=capacity,
         timeout_ms=timeout_ms, retry=retry, fallback=fallback_fn, on_error=on_error, name="enrich",
-        copy_inputs=copy_inputs, object_reuse=object_reuse, service=service,
+        copy_inputs=copy_inputs, object_reuse=object_reuse, service=service, idempotency_key=idempotency_key,
         queue_capacity=default_queue_capacity(capacity, ordered) if queue_capacity is None else queue_capacity,
     ), schema
 

@@ -40,6 +40,15 @@ def test_the_services_guide_adapts_limits_and_breaks_against_a_real_service(spar
     assert hedges["service_calls"] == 400 + hedges["service_hedges"]
     assert 400 <= ns["slow_tail"].stats()["requests"] <= 400 + hedges["service_hedges"]
 
+    # Dead letters sent again: the six rows of user 3, each with the key of its first request.
+    again = ns["again"].collect()
+    assert sorted(r.click_id for r in again) == [3, 100, 197, 294, 391, 488]
+    assert all(r.segment == user_profile(3)["segment"] for r in again)
+    calls = ns["shard"].calls_by_key()
+    failed_keys = {r.request_key for r in ns["failed"].collect()}
+    assert len(failed_keys) == 6 and all(calls[k] == 2 for k in failed_keys)
+    assert set(ns["shard"].answered_by_key().values()) == {1}
+
     # The cache: one call per user for 2,000 rows, as the second service counted them.
     calls = ns["lookups"].calls_by_user()
     assert set(calls) == set(range(97)) and set(calls.values()) == {1}

@@ -41,7 +41,7 @@ def test_the_enrich_guide_enriches_every_click_from_a_real_service(spark, tmp_pa
     assert sum(r["segment"] != "unknown" for r in rows) >= 290
     # The unknown users' clicks are the dead letters: their columns, then why.
     letters = _parquet_rows(tmp_path / "data" / "enriched-failed")
-    assert list(letters[0]) == ["click_id", "user_id", "ts", "error_type", "error", "attempts", "operator"]
+    assert list(letters[0]) == ["click_id", "user_id", "ts", "error_type", "error", "attempts", "operator", "request_key"]
     assert {r["click_id"] for r in letters} == unknown
     assert {(r["error_type"], r["attempts"]) for r in letters} == {("ClientResponseError", 1)}
     assert all(re.fullmatch(r".+/enrich\[\d/\d\]", r["operator"]) for r in letters)

@@ -15,7 +15,7 @@ FACADE = [
     "DeadLetter", "Hedge", "JobResult", "LookupCache", "RateLimit", "ResultFuture", "Service", "ServiceOverloaded", "SparkDataStream",
     "StreamingRun",
     "__version__", "arrow_batch", "current_request_key", "current_request_keys", "enrich", "enrich_async", "enrich_stream", "ensure_ray", "errors", "from_arrow", "from_spark",
-    "last_job", "on_spark_cluster", "retry", "spark_session", "stop_spark", "testing", "windows",
+    "last_job", "on_spark_cluster", "rerun_dead_letters", "retry", "spark_session", "stop_spark", "testing", "windows",
 ]
 INTERNALS = {"MailboxProcessor", "Suspension", "StatusWatermarkValve", "DefaultActionController", "TaskMailbox",
              "OperatorChain", "InputGate", "ChannelSender", "OperatorActor", "SourceActor"}

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actorflow.operators import (
+    DEAD_LETTER,
     AsyncBatchFunction,
     AsyncFunction,
     FixedDelay,
@@ -27,6 +28,8 @@ from actorflow.operators import (
     current_request_keys,
     request_keys,
 )
+from actorflow.operators.async_attempt import DeadLetter
+from actorflow.operators.errors import RecordError
 
 from .scripted import Scripted, ScriptedBatch
 from tests.properties import examples
@@ -426,3 +429,36 @@ def test_a_record_presents_one_key_whatever_the_completions_retries_and_restores
     assert sorted({(value, future_key) for _, value, future_key, _ in keys}) == sorted(expected.items())
     assert all(future_key == context_key for _, _, future_key, context_key in keys)
     h.close()
+
+
+def test_a_key_given_by_a_column_is_the_key_of_every_request_of_its_record():
+    seen = []
+
+    async def lookup(row):
+        seen.append(current_request_key())
+        return [row["id"]]
+
+    h = OperatorHarness(async_wait(lookup, capacity=10, idempotency_key="key"), request_key_prefix="clicks/enrich")
+    h.process_element({"id": 1, "key": "first-run/0.0.4"}, origin=(0, 0, 0))
+    h.process_element({"id": 2, "key": "first-run/0.1.9"}, origin=(0, 0, 1))
+    h.run_until_idle()
+    assert h.output_values() == [1, 2]
+    assert seen == ["first-run/0.0.4", "first-run/0.1.9"]  # not the keys made from their origins
+
+
+@pytest.mark.parametrize("key", [None, "", 7])
+def test_a_given_key_that_is_not_a_string_fails_naming_the_record(key):
+    h = OperatorHarness(async_wait(Scripted(), capacity=10, idempotency_key="key"))
+    with pytest.raises(RecordError, match=rf"idempotency key must be a string that is not empty, got {key!r}"):
+        h.process_element({"id": 1, "key": key})
+
+
+def test_a_dead_letter_keeps_the_key_of_its_requests():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, capacity=10, on_error="dead_letter"), request_key_prefix="clicks/enrich")
+    h.process_element("a", origin=(0, 2, 5))
+    fn.fail("a", ConnectionError("refused"))
+    h.run_until_idle()
+    [letter] = h.side_output(DEAD_LETTER)
+    assert (letter.value, letter.request_key, letter.error_type) == ("a", "clicks/enrich/0.2.5", "ConnectionError")
+    assert DeadLetter.from_state(letter.to_state()) == letter

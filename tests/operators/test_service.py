@@ -14,6 +14,7 @@ from actorflow.operators import DEAD_LETTER, ConfigurationError, CoroutineFuncti
 from actorflow.operators.service import (
     AdaptiveCapacity, CircuitBreaker, Hedge, LookupCache, RateLimit, Service, ServiceOverloaded, overload_of,
 )
+from actorflow.operators.service_quota import ServiceQuotas
 
 from .scripted import Scripted
 
@@ -198,10 +199,15 @@ def test_a_deadline_ends_a_record_that_waits_in_the_gate_without_calling():
 # ----------------------------------------------------------------------- rate limit
 
 
+def _busiest_second(times_ms):
+    times = sorted(times_ms)
+    return max((sum(1 for u in times[i:] if u < t + 1_000) for i, t in enumerate(times)), default=0)
+
+
 def test_a_rate_limit_spaces_the_calls_with_no_burst_at_the_start():
     fn, h = _gated(Service(rate_limit=RateLimit(600, per="minute")))  # 10 per second
     _feed(h, range(25))
-    assert fn.calls == []  # no tokens yet: no burst at the start
+    assert len(fn.calls) == 1  # the first call at once, the next 100 ms later: no burst
     starts = []
     for now in range(0, 2_001, 10):
         h.set_processing_time(now)
@@ -209,16 +215,121 @@ def test_a_rate_limit_spaces_the_calls_with_no_burst_at_the_start():
         for v in fn.in_flight():
             fn.complete(v)
         h.run_until_idle()
-    assert len(fn.calls) == 20  # 10 per second, for 2 s
+    assert len(fn.calls) == 21  # at 0, 100, ..., 2000
     assert all(b - a >= 100 for a, b in zip(starts, starts[1:]))
+    assert _busiest_second(starts) == 10
 
 
-def test_the_rate_limit_is_split_between_the_instances():
-    op = async_wait(Scripted(), service=Service(rate_limit=100))
-    h = OperatorHarness(op)
-    h.chain.operators[0].context.parallelism = 4
-    h.open()
-    assert op.gate.metrics.rate_per_s == 25
+def test_without_a_shared_quota_the_rate_limit_is_split_between_the_instances():
+    fn = Scripted()
+    h = OperatorHarness(async_wait(fn, service=Service(rate_limit=100), mode="unordered"))
+    h.chain.operators[0].context.parallelism = 4  # 25 per second each
+    _feed(h, range(30))
+    for now in range(0, 1_001, 5):
+        h.set_processing_time(now)
+        for v in fn.in_flight():
+            fn.complete(v)
+    assert len(fn.calls) == 26  # at 0, 40, ..., 1000
+    assert h.chain.operators[0].gate.metrics.rate_per_s == 100  # the service's, as last_job() shows it
+
+
+def _instances(n, service, quotas, **options):
+    """``n`` instances of one operator whose harnesses share ``quotas``, as a job's instances do."""
+    fns, hs = [], []
+    for i in range(n):
+        fn = Scripted()
+        options.setdefault("capacity", 100)
+        h = OperatorHarness(async_wait(fn, service=service, mode="unordered", **options), name=f"test/op[{i}/{n}]",
+                            request_key_prefix="job/op", service_quotas=quotas)
+        h.chain.operators[0].context.parallelism = n
+        fns.append(fn)
+        hs.append(h)
+    return fns, hs
+
+
+def _run_instances(fns, hs, until_ms, step_ms=5, *, answer=None):
+    """Move every instance's clock together; each call is answered at the next step. The call
+    times of all instances, in ms."""
+    times, seen = [], [0] * len(fns)
+    for now in range(0, until_ms + 1, step_ms):
+        for i, (fn, h) in enumerate(zip(fns, hs)):
+            h.set_processing_time(now)
+            times += [now] * (len(fn.calls) - seen[i])
+            seen[i] = len(fn.calls)
+            for v in fn.in_flight():
+                if answer is not None and answer(fn, v, now):
+                    continue
+                fn.complete(v)
+            h.run_until_idle()
+    return times
+
+
+def test_instances_that_share_a_quota_keep_to_it_together_in_every_second():
+    quotas = ServiceQuotas()
+    fns, hs = _instances(4, Service(name="geo", rate_limit=100), quotas)
+    for i, h in enumerate(hs):
+        _feed(h, range(i * 1_000, i * 1_000 + (400 if i < 3 else 20)))  # the last one runs dry early
+    times = _run_instances(fns, hs, 3_000)
+    assert _busiest_second(times) <= 100  # 100 per second for the four together, not 100 each
+    busy = [t for t in times if t < 3_000]
+    assert len(busy) >= 0.95 * 300  # and the quota is used: the idle instance leaves its share to the others
+    assert len(fns[3].calls) == 20
+    granted = sum(h.chain.operators[0].gate.metrics.quota_granted for h in hs)
+    assert granted - len(times) <= 4 * 10  # leased only while records wait: at most a lease each beyond the calls
+
+
+def test_a_slow_instance_drops_the_call_times_it_missed_instead_of_catching_up():
+    quotas = ServiceQuotas()
+    [fn], [h] = _instances(1, Service(name="geo", rate_limit=100), quotas)
+    _feed(h, range(200))
+    h.set_processing_time(50)
+    sent = len(fn.calls)
+    for v in fn.in_flight():
+        fn.complete(v)
+    h.set_processing_time(600)  # the mailbox was busy for 550 ms
+    h.run_until_idle()
+    assert len(fn.calls) - sent <= 1  # no burst of the 55 call times it missed
+    metrics = h.chain.operators[0].gate.metrics
+    assert metrics.quota_unused > 0  # the times it held were dropped: leased, not used
+    assert metrics.quota_granted - metrics.quota_unused - metrics.calls <= 10  # the rest: at most a lease ahead
+
+
+def test_a_retry_after_on_one_instance_pauses_every_instance_of_the_service():
+    quotas = ServiceQuotas()
+    fns, hs = _instances(3, Service(name="geo", capacity=4), quotas)
+    other_fns, [other] = _instances(1, Service(name="maps", capacity=4), quotas)
+    for h in hs + [other]:
+        _feed(h, range(50))
+    fns[0].fail(fns[0].in_flight()[0], HTTPError(429, {"Retry-After": "2"}))
+    hs[0].run_until_idle()
+    for fn, h in zip(fns + other_fns, hs + [other]):
+        for v in fn.in_flight():
+            fn.complete(v)
+        h.set_processing_time(1_000)
+    assert [len(fn.calls) for fn in fns] == [4, 4, 4]  # no instance of geo called during the pause
+    assert len(other_fns[0].calls) > 4  # maps is another service: it went on
+    for h in hs:
+        h.set_processing_time(2_000)
+    assert all(len(fn.calls) > 4 for fn in fns)
+
+
+def test_one_service_with_two_rate_limits_is_refused_naming_both():
+    quotas = ServiceQuotas()
+    _instances(1, Service(name="geo", rate_limit=100), quotas)[1][0].open()
+    with pytest.raises(ConfigurationError, match=r"'geo' is called with two rate limits, 100 calls/s and 50 calls/s"):
+        _instances(1, Service(name="geo", rate_limit=50), quotas)[1][0].open()
+
+
+def test_a_restored_pause_pauses_the_other_instances_too():
+    quotas = ServiceQuotas()
+    fns, hs = _instances(2, Service(name="geo", capacity=2), quotas)
+    hs[0].open()
+    restored = hs[0].chain.operators[0]
+    restored.gate.restore({"limit": 2, "slow_start": False, "known_max": 0.0, "paused_ms": 1_500, "open_ms": None})
+    _feed(hs[1], range(5))
+    assert fns[1].calls == []
+    hs[1].set_processing_time(1_500)
+    assert len(fns[1].calls) == 2
 
 
 # ---------------------------------------------------------------------- circuit breaker

@@ -65,7 +65,7 @@ def test_odd_and_internal_looking_column_names_are_plain_columns(spark):
     assert sorted(good) == [i for i in range(20) if i != 3]
     assert good[5]["__ts"] == "__ts-5!" and good[5]["with space"] == "with space-5"
     assert dead.columns == ["id", *names, "dead_letter_error_type", "dead_letter_error", "dead_letter_attempts",
-                            "dead_letter_operator"]
+                            "dead_letter_operator", "request_key"]
     (letter,) = dead.collect()
     assert letter["id"] == 3 and letter["error"] == "error-3" and letter["dead_letter_error_type"] == "KeyError"
     assert letter["attempts"] == "attempts-3" and letter["dead_letter_attempts"] == 1

@@ -56,10 +56,15 @@ def test_a_rate_limit_holds_for_all_the_instances_together(spark):
         assert out.count() == 120
         busiest = service.busiest_second()
         arrivals = service.arrival_times()
-    assert busiest <= 40 * 1.05  # never more than the quota (and its 5 % burst) in any second
+    # Never more than the quota in any second, for the two instances together, but for a call
+    # that left up to 20 ms after its time (and the network's jitter): within 5 %.
+    assert busiest <= 40 * 1.05
     spread_s = arrivals[-1] - arrivals[0]
-    assert spread_s >= (120 - 40 * 1.05) / 40  # and so the 120 calls took about 3 s
-    assert _service_figures()["service_rate_limit"] == 40  # 20 per second each, summed
+    assert spread_s >= (120 - 40) / 40  # and so the 120 calls took about 3 s
+    figures = _service_figures()
+    assert figures["service_rate_limit"] == 40
+    assert figures["service_calls"] == 120
+    assert figures["service_quota_granted"] - figures["service_quota_unused"] >= 120
 
 
 def test_the_breaker_stops_calling_a_service_that_is_down_and_the_rows_become_dead_letters(spark):

@@ -61,7 +61,7 @@ def test_dead_letters_come_back_as_a_second_dataframe_and_nothing_is_lost(spark,
     assert {r.click_id for r in bad} == set(range(0, 1_000, 100))
     assert good | {r.click_id for r in bad} == set(range(1_000)) and not good & {r.click_id for r in bad}
     assert {r.error_type for r in bad} == {"NotFoundError"} and {r.attempts for r in bad} == {2}
-    assert dead.columns == ["click_id", "user_id", "error_type", "error", "attempts", "operator"]
+    assert dead.columns == ["click_id", "user_id", "error_type", "error", "attempts", "operator", "request_key"]
 
 
 def test_a_failing_row_fails_the_job_with_operator_row_and_cause(spark, service):

@@ -216,7 +216,7 @@ def test_rows_without_an_event_time_can_go_to_the_dead_letters_with_the_reason(s
     counted = stream.key_by("name").window(TumblingEventTimeWindows.of(size_ms=60_000)).count()
     out, dead = counted.to_spark(progress=False, dead_letters=True)
     assert sorted((r["name"], r["count"]) for r in out.collect()) == [("u0", 1), ("u1", 3)]  # ids 2 and 4 (u0) have none
-    assert dead.columns == ["id", "name", "amount", "ts", "error_type", "error", "attempts", "operator"]
+    assert dead.columns == ["id", "name", "amount", "ts", "error_type", "error", "attempts", "operator", "request_key"]
     letters = sorted(dead.collect())
     assert [(r.id, r.ts, r.error_type, r.attempts, r.operator) for r in letters] == [
         (2, None, "SchemaError", 0, "from_spark"), (4, None, "SchemaError", 0, "from_spark")]
