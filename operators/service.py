@@ -29,11 +29,14 @@ past that, the answer is an ordinary failure. The record's deadline spans all of
 **Adaptive capacity** is additive increase, multiplicative decrease (TCP's AIMD), with a
 plateau. Until the first overload the limit grows by one per success, doubling per round trip
 (slow start). An overload answer, or a call cut off by its deadline, lowers it to ``backoff``
-times itself, once per round trip (a call started before the last decrease does not lower it
-again), and remembers the limit that met it. While the limit is in use, each call that succeeds
-raises it by ``1 / limit`` (one per round trip) up to one under that remembered limit, where it
-holds for ``probe_after_s``; then it probes above, adding 1, 2, 4, ... calls per round trip until
-the next overload, so that a service that has grown is found in a few round trips. AIMD and
+times itself, once per round trip, and remembers the limit that met it; each further overload
+answer to a call started before that decrease takes one call off the limit (the service had
+that slot fewer), so that a service whose capacity drops far is followed within a round trip
+or two, as DCTCP cuts deeper the more of its window was marked. While the limit is in use,
+each call that succeeds raises it by ``1 / limit`` (one per round trip) up to one under that
+remembered limit, where it holds for ``probe_after_s``; then it probes above, adding 1, 2, 4,
+... calls per round trip until the next overload, so that a service that has grown is found in
+a few round trips. AIMD and
 not a latency gradient: a rate-limited API says when it is full (429, 503), while its latency
 often does not change until then, and a gradient limiter mistakes a slow tail for congestion.
 ``backoff`` is 0.9, not TCP's 0.5, and the plateau keeps the limit from probing the service's

@@ -73,7 +73,8 @@ def _private(raw: Any) -> Any:
     return raw if type(raw) in _IMMUTABLE else copy.deepcopy(raw)
 
 
-_GO, _WAIT, _REJECT = 0, -1, -2  # _may_call's verdicts; a positive one is the time to look again
+_GO, _WAIT, _REJECT = 0, -1, -2
+SHED_PER_OVERLOAD = 1.0  # what each further overload answer of a round trip takes off the limit  # _may_call's verdicts; a positive one is the time to look again
 
 
 class ServiceGate:
@@ -558,8 +559,14 @@ class ServiceGate:
 
     def _overloaded(self, number: int) -> None:
         adaptive = self._adaptive
-        if adaptive is None or number < self._decrease_at:
-            return  # sent before the last decrease: that one answered for it
+        if adaptive is None:
+            return
+        if number < self._decrease_at:
+            # Sent before the last decrease, which answered for the round trip; each more call
+            # of that round trip turned away was a slot the service did not have.
+            self.limit = max(float(adaptive.floor), self.limit - SHED_PER_OVERLOAD)
+            self.metrics.limit = self.limit
+            return
         self._slow_start = False
         self._known_max = self.limit
         self._overload_ms = self._time.now_ms()

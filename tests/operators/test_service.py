@@ -89,23 +89,28 @@ def test_capacity_auto_starts_low_and_grows_while_calls_succeed():
     assert len(fn.in_flight()) == 16
 
 
-def test_an_overload_answer_lowers_the_adaptive_limit_once_per_round_trip():
-    fn, h = _gated(Service(capacity=AdaptiveCapacity(initial=10, ceiling=10, backoff=0.5)))
-    _feed(h, range(30))
+def test_an_overload_answer_lowers_the_adaptive_limit_once_per_round_trip_and_each_further_one_by_a_call():
+    fn, h = _gated(Service(capacity=AdaptiveCapacity(initial=20, ceiling=20, backoff=0.5)))
+    _feed(h, range(40))
     gate = h.chain.operators[0].gate
-    assert len(fn.in_flight()) == 10
+    assert len(fn.in_flight()) == 20
     for v in range(5):  # five overload answers to calls sent before the first decrease
         fn.fail(v, HTTPError(429))
     h.run_until_idle()
-    assert gate.limit == 5.0  # lowered once, not five times
-    assert len(fn.in_flight()) == 5
-    assert sorted(fn.in_flight()) == [5, 6, 7, 8, 9]  # 0..4 wait to be sent again
-    fn.complete(5)
+    # Halved once for the round trip, then a call less for each further call it turned away:
+    # the service had that many slots fewer than the limit said.
+    assert gate.limit == 20 * 0.5 - 4
+    assert sorted(fn.in_flight()) == list(range(5, 20))  # 15 in flight, over the limit: 0..4 wait
+    expected = gate.limit
+    for v in range(5, 15):
+        fn.complete(v)
+        h.run_until_idle()
+        expected += 1 / expected  # each success while records wait adds 1 / limit
+    assert gate.limit == pytest.approx(expected)
+    assert [c for c in fn.calls[20:]] == [(0, 2), (1, 2)]  # 0 and 1 go first again, into the room there is
+    fn.fail(0, HTTPError(503))  # sent after the decrease: lowers it again, by the factor
     h.run_until_idle()
-    assert fn.calls[-1] == (0, 2)  # 0 goes first again
-    fn.fail(0, HTTPError(503))  # sent after the decrease: lowers it again
-    h.run_until_idle()
-    assert gate.limit == pytest.approx((5 + 1 / 5) * 0.5)  # the success before it added 1 / limit
+    assert gate.limit == pytest.approx(expected * 0.5)
     assert gate.metrics.overloads == 6
 
 
