@@ -21,6 +21,7 @@ from .channel import ChannelSender
 from .instance_figures import async_operators
 from .output import BatchingOutput, LocalSink, Outbox, Partitioner, pre_aggregator
 from .processing_time import AsyncioProcessingTimeService
+from .service_counters import open_counters
 from .service_quota import RayServiceQuota
 
 __all__ = ["BackgroundTasks", "chaos_moments", "context_factory", "instance_output", "tick"]
@@ -74,6 +75,8 @@ def context_factory(
             # Without the subtask: after a restore, a record may go to another instance.
             request_key_prefix=f"{spec.job}/{op.name}",
             service_quota=_quota_of(spec, i),
+            # The counts of a killed instance still count (service_counters).
+            service_counters=lambda service: open_counters(spec.job, spec.instance_name, service),
         )
 
     return context_for

@@ -10,18 +10,29 @@ late, past whatever the old one handed out, and so never bursts.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import warnings
 from concurrent.futures import Future
 from typing import Any, Callable
 
 import ray
+from ray.exceptions import RayActorError
 
 from actorflow.operators.service_quota import HOLD_MS, Lease, QuotaSchedule
 
-__all__ = ["RayServiceQuota", "ServiceQuotaActor"]
+__all__ = ["SERVICE_PREFIX", "RayServiceQuota", "ServiceQuotaActor"]
+
+SERVICE_PREFIX = "service:"  # a quota actor's name: <job>/service:<service>
 
 _WATCH_S = 30.0  # a watcher's call returns at the latest after this, and is made again
+_AGAIN_S = 0.1  # a call that found the actor dead is made again after this
+
+
+def _later(call: Callable[..., Any], *args: Any) -> None:
+    timer = threading.Timer(_AGAIN_S, call, args)
+    timer.daemon = True
+    timer.start()
 
 
 def _now_ms() -> int:
@@ -29,7 +40,7 @@ def _now_ms() -> int:
 
 
 class ServiceQuotaActor:
-    """Keeps one service's schedule and pause for a job (``<job>/service[<name>]`` in the dashboard)."""
+    """Keeps one service's schedule and pause for a job (``<job>/service:<name>`` in the dashboard)."""
 
     def __init__(self, name: str, per_second: float | None) -> None:
         self.name = name
@@ -77,7 +88,12 @@ class ServiceQuotaActor:
 
 class RayServiceQuota:
     """An instance's side of a ``ServiceQuotaActor`` (``operators.service_quota.ServiceQuota``):
-    every call is asynchronous, and its answer comes back on a Ray thread."""
+    every call is asynchronous, and its answer comes back on a Ray thread.
+
+    A call that fails because the actor died is made again ``_AGAIN_S`` later, until Ray has
+    started it again; it is the job's end that kills it for good, and its instances with it.
+    (Ray's own retries would say so in the driver's console for each call in flight then.)
+    """
 
     def __init__(self, handle: Any) -> None:
         self._handle = handle
@@ -88,6 +104,9 @@ class RayServiceQuota:
         def leased(future: Future[Lease]) -> None:
             try:
                 lease: Lease | BaseException = future.result()
+            except RayActorError:
+                _later(self.lease, count, now_ms, deliver)
+                return
             except Exception as error:
                 lease = error
             deliver(lease)
@@ -107,8 +126,9 @@ class RayServiceQuota:
     def _polled(self, future: Future[int]) -> None:
         try:
             until = future.result()
-        except Exception:
-            return  # the actor is gone: the job is ending
+        except RayActorError:
+            _later(self._poll)
+            return
         if until > self._known:
             self._known = until
             assert self._on_pause is not None

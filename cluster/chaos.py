@@ -33,6 +33,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError
 
+from actorflow.actors.service_quota import SERVICE_PREFIX
 from actorflow.operators.errors import ConfigurationError
 
 from .checkpoints.coordinator import COORDINATOR
@@ -55,7 +56,7 @@ MOMENTS = {
 
 def live_instances(job: str | None = None) -> list[str]:
     """The names of the job's (every job's, if None) live operator and source actors, not
-    the checkpoint coordinators.
+    the checkpoint coordinators nor the services' quota actors (which Ray restarts itself).
 
     Asks the cluster's GCS for its named actors (whose names go with them when they die) rather
     than the state API, which needs the dashboard and can answer for another cluster on the
@@ -64,7 +65,7 @@ def live_instances(job: str | None = None) -> list[str]:
     named = ray.util.list_named_actors(all_namespaces=True)
     return sorted(a["name"] for a in named if a["namespace"] == NAMESPACE and "[" in a["name"]
                   and (job is None or a["name"].startswith(f"{job}/"))
-                  and not a["name"].partition("/")[2].startswith(f"{COORDINATOR}["))
+                  and not a["name"].partition("/")[2].startswith((f"{COORDINATOR}[", SERVICE_PREFIX)))
 
 
 def attempt_of(name: str) -> int:

@@ -24,7 +24,8 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from actorflow.actors.naming import instance_name, task_name, validate_job_name
 from actorflow.actors.operator_actor import ChainSpec, OperatorActor
-from actorflow.actors.service_quota import ServiceQuotaActor
+from actorflow.actors.service_counters import counters_of, remove_counters
+from actorflow.actors.service_quota import SERVICE_PREFIX, ServiceQuotaActor
 from actorflow.actors.source_actor import BlockReader, EpochReader, SourceActor
 from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.errors import ActorflowError, ConfigurationError, JobFailedError
@@ -80,6 +81,8 @@ class JobResult:
     checkpoints: dict[str, Any] | None = None  # the coordinator's figures
     progress_samples: list[tuple[float, int, int]] = field(default_factory=list)
     phases_s: dict[str, float] = field(default_factory=dict)
+    #: What the instances that were killed counted of their services (``actors.service_counters``).
+    killed_figures: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def actor_processes(self) -> int:
@@ -90,7 +93,7 @@ class JobResult:
     def operators(self) -> list[OperatorSummary]:
         """Each operator's figures summed over its instances (sources first), with the figures
         of the services its async operators call (``OperatorSummary.services``)."""
-        return operator_summaries(self.job, self.figures)
+        return operator_summaries(self.job, self.figures + self.killed_figures)
 
     def __repr__(self) -> str:
         return job_text(self)
@@ -153,11 +156,12 @@ def start_service_quotas(graph: JobGraph, job: str) -> dict[str, Any]:
             check_same_rate(service, rates[0], rate)
         if rates[0] is None and sum(n.parallelism for n in nodes) == 1:
             continue
+        name = f"{job}/{SERVICE_PREFIX}{service}"
         handle = _actor_class(ServiceQuotaActor).options(
-            name=f"{job}/service[{service}]", namespace=NAMESPACE, num_cpus=0, max_restarts=-1, max_task_retries=-1,
+            name=name, namespace=NAMESPACE, num_cpus=0, max_restarts=-1,
             lifetime=None, runtime_env=ACTOR_RUNTIME_ENV,
         )
-        actor = _NamedActor(handle, f"{job}/service[{service}]").remote(service, rates[0])
+        actor = _NamedActor(handle, name).remote(service, rates[0])
         quotas.update((n.name, actor) for n in nodes)
     return quotas
 
@@ -212,6 +216,7 @@ def run_job(
     started = time.perf_counter()
     end_top_ups()  # the last job's: this one takes what waits, and tops up as it ends
     placement: dict[str, Any] = {"num_cpus": actor_num_cpus, "resources": dict(actor_resources or {})}
+    remove_counters(job)  # an earlier run's, which did not end
     quotas = start_service_quotas(graph, job)
     try:
         if config is None:
@@ -230,6 +235,7 @@ def run_job(
         return _run_recoverable(graph, job, config, started, output_schema, side_tags, placement, quotas)
     finally:
         end_service_quotas(quotas)
+        remove_counters(job)
 
 
 def _run_recoverable(
@@ -264,6 +270,8 @@ def _run_recoverable(
                 checkpoints.output.commit(checkpoints.final_epoch, number)
                 result = attempt.result(started, side_tags, None, output=checkpoints.output)
                 result.restarts, result.recoveries_s, result.failures = number, recoveries_s, failures
+                # The service calls of the instances that were killed (actors.service_counters).
+                result.killed_figures = counters_of(job, skip={str(f.get("name")) for f in result.figures})
                 result.checkpoints = ray.get(coordinator.figures.remote())
                 result.progress_samples = samples + result.progress_samples
                 _finish_checkpoints(checkpoints.storage, config)

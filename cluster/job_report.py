@@ -92,7 +92,7 @@ def operator_summaries(job: str, figures: list[dict[str, Any]]) -> list[Operator
 
 def job_text(result: "JobResult") -> str:
     """The job in one line, for ``repr()``."""
-    operators = operator_summaries(result.job, result.figures)
+    operators = result.operators
     parts = [
         f"finished in {result.elapsed_s:.1f} s",
         f"{result.input_rows:,} records in",
@@ -138,7 +138,7 @@ def _service_text(name: str, figures: dict[str, float]) -> str:
 
 def job_html(result: "JobResult") -> str:
     """The job as two HTML tables: the job's figures, then one row per operator."""
-    operators = operator_summaries(result.job, result.figures)
+    operators = result.operators
     throughput = f"{result.input_rows / result.elapsed_s:,.0f} records/s" if result.elapsed_s > 0 else "—"
     watermark = _job_watermark(operators)
     state = "finished" if not result.restarts else f"finished after {_restarts(result.restarts)}"

@@ -50,6 +50,7 @@ import ray
 from ray.exceptions import RayError
 
 from actorflow.actors.naming import instance_name, validate_job_name
+from actorflow.actors.service_counters import remove_counters
 from actorflow.operators.async_wait_operator import DEAD_LETTER
 from actorflow.operators.errors import ConfigurationError, JobFailedError, SchemaError
 
@@ -271,6 +272,7 @@ class StreamingJob:
         if self._coordinator is not None:
             ray.kill(self._coordinator, no_restart=True)
         end_service_quotas(self._quotas)
+        remove_counters(self.job)
 
     @property
     def running(self) -> bool:

@@ -274,9 +274,11 @@ class AsyncWaitOperator(AsyncQueueOperator):
             share, rate = self.context.service_quota, self.service.rate_limit
             per_second = rate.per_second if isinstance(rate, RateLimit) else None
             quota = None if share is None else share(self.service.name, per_second)
+            counters = self.context.service_counters
             self.gate = ServiceGate(self.service, self.context.processing_time, self.completions.put,
                                     capacity=self.capacity, parallelism=self.context.parallelism, name=self.name,
-                                    finish=self._finish, quota=quota)
+                                    finish=self._finish, quota=quota,
+                                    counters=None if counters is None else counters(self.service.name or self.name))
             restored = getattr(self, "_restored_service", None)
             if restored is not None:
                 self.gate.restore(restored)

@@ -109,6 +109,9 @@ class OperatorContext:
     #: name (None: this operator's own) and its rate limit in calls per second (None: none), a
     #: ``service_quota.ServiceQuota``, or None where each instance keeps its own share.
     service_quota: Callable[[str | None, float | None], Any] | None = None
+    #: Where a service's counters go, given its name: a writable memoryview of doubles, one per
+    #: ``service_gate.COUNTERS``, kept where the counts outlive the process; None: in the gate.
+    service_counters: Callable[[str], Any] | None = None
 
 
 class StreamOperator:

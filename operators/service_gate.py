@@ -14,7 +14,6 @@ import copy
 import heapq
 import math
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .errors import CircuitOpenError
@@ -29,25 +28,60 @@ if TYPE_CHECKING:
 __all__ = ["ServiceGate", "ServiceMetrics"]
 
 
-@dataclass
-class ServiceMetrics:
-    """What a gate counts, for the operator's metrics (``service_*``)."""
+#: What a gate counts, in the order of its counters' store (``ServiceMetrics``).
+COUNTERS = (
+    "calls",  # calls that left for the service
+    "overloads",  # overload answers (429, 503, ServiceOverloaded)
+    "pauses",  # overload answers with a Retry-After that paused the service
+    "breaker_opens",
+    "breaker_rejections",  # attempts ended (fallback or failure) while the breaker was open
+    "probes",  # calls let through while half-open
+    "quota_granted",  # call times the quota gave this instance
+    "quota_unused",  # of them, those that passed unused (dropped, never used late)
+    "cache_hits",  # records answered from the cache, without a call
+    "merged",  # records that waited for a call in flight for the same key instead of calling
+    "hedges",  # second calls started for slow ones
+    "hedge_wins",  # of them, those that answered first
+)
 
-    calls: int = 0  # calls that left for the service
-    overloads: int = 0  # overload answers (429, 503, ServiceOverloaded)
-    pauses: int = 0  # overload answers with a Retry-After that paused the gate
-    breaker_opens: int = 0
-    breaker_rejections: int = 0  # attempts ended (fallback or failure) while the breaker was open
-    probes: int = 0  # calls let through while half-open
-    limit: float = 0.0  # calls allowed in flight now
-    breaker_state: int = 0  # 0 closed, 1 open, 2 half-open
-    rate_per_s: float = 0.0  # the service's rate limit, calls per second for all the instances (0: none)
-    quota_granted: int = 0  # call times the quota gave this instance
-    quota_unused: int = 0  # of them, those that passed unused (dropped, never used late)
-    cache_hits: int = 0  # records answered from the cache, without a call
-    merged: int = 0  # records that waited for a call in flight for the same key instead of calling
-    hedges: int = 0  # second calls started for slow ones
-    hedge_wins: int = 0  # of them, those that answered first
+
+def _counter(index: int) -> property:
+    def get(self: ServiceMetrics) -> int:
+        return int(self.store[index])
+
+    def put(self: ServiceMetrics, value: int) -> None:
+        self.store[index] = value
+
+    return property(get, put)
+
+
+class ServiceMetrics:
+    """What a gate counts, for the operator's metrics (``service_*``): the ``COUNTERS``, kept in
+    ``store`` (doubles, one per counter; a host may give memory that outlives the process, so
+    that the counts of an instance that was killed are not lost), and three gauges."""
+
+    # The counters, as properties over ``store`` (set below, one per name in COUNTERS).
+    calls: int
+    overloads: int
+    pauses: int
+    breaker_opens: int
+    breaker_rejections: int
+    probes: int
+    quota_granted: int
+    quota_unused: int
+    cache_hits: int
+    merged: int
+    hedges: int
+    hedge_wins: int
+
+    def __init__(self, *, limit: float = 0.0, rate_per_s: float = 0.0, store: Any = None) -> None:
+        self.store = store if store is not None else memoryview(bytearray(8 * len(COUNTERS))).cast("d")
+        self.limit = limit  # calls allowed in flight now
+        self.breaker_state = 0  # 0 closed, 1 open, 2 half-open
+        self.rate_per_s = rate_per_s  # the service's rate limit, calls per second for all the instances (0: none)
+
+    def __repr__(self) -> str:
+        return f"ServiceMetrics({', '.join(f'{k}={v}' for k, v in self.figures().items())})"
 
     def figures(self) -> dict[str, float]:
         """As the instance's figures: ``service_*`` counters and gauges (``actors.metrics``)."""
@@ -59,6 +93,10 @@ class ServiceMetrics:
                 "service_cache_hits": self.cache_hits, "service_merged": self.merged,
                 "service_hedges": self.hedges, "service_hedge_wins": self.hedge_wins}
 
+
+for _index, _name in enumerate(COUNTERS):
+    setattr(ServiceMetrics, _name, _counter(_index))
+del _index, _name
 
 _CLOSED, _OPEN, _HALF_OPEN = 0, 1, 2
 _NO_KEY = object()  # a call that no cache key stands for
@@ -88,7 +126,7 @@ class ServiceGate:
     def __init__(
         self, service: Service, processing_time: ProcessingTimeService, put_mail: Callable[..., None], *,
         capacity: int, parallelism: int = 1, name: str = "async_wait", finish: Callable[[Any, Any], Any] | None = None,
-        quota: ServiceQuota | None = None,
+        quota: ServiceQuota | None = None, counters: Any = None,
     ) -> None:
         self.service = service
         self.name = service.name or name
@@ -159,7 +197,9 @@ class ServiceGate:
         self._latencies: deque[int] = deque(maxlen=1_000)  # of recent successful calls, for a percentile
         self._hedge_due: list[tuple[int, int, AttemptHandler]] = []  # heap of (due, call number, handler)
         self._hedging: set[AttemptHandler] = set()  # attempts with a second call in flight
-        self.metrics = ServiceMetrics(limit=self.limit, rate_per_s=0.0 if rate is None else rate.per_second)
+        # ``counters``: where the counts go (``ServiceMetrics.store``), if the host keeps them.
+        self.metrics = ServiceMetrics(limit=self.limit, rate_per_s=0.0 if rate is None else rate.per_second,
+                                      store=counters)
 
     # ----------------------------------------------------------------- attempts
 
