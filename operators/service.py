@@ -29,19 +29,21 @@ past that, the answer is an ordinary failure. The record's deadline spans all of
 **Adaptive capacity** is additive increase, multiplicative decrease (TCP's AIMD), with a
 plateau. Until the first overload the limit grows by one per success, doubling per round trip
 (slow start). An overload answer, or a call cut off by its deadline, lowers it to ``backoff``
-times itself, once per round trip, and remembers the limit that met it; each further overload
-answer to a call started before that decrease takes one call off the limit (the service had
-that slot fewer), so that a service whose capacity drops far is followed within a round trip
-or two, as DCTCP cuts deeper the more of its window was marked. While the limit is in use,
-each call that succeeds raises it by ``1 / limit`` (one per round trip) up to one under that
-remembered limit, where it holds for ``probe_after_s``; then it probes above, adding 1, 2, 4,
-... calls per round trip until the next overload, so that a service that has grown is found in
-a few round trips. AIMD and
-not a latency gradient: a rate-limited API says when it is full (429, 503), while its latency
-often does not change until then, and a gradient limiter mistakes a slow tail for congestion.
-``backoff`` is 0.9, not TCP's 0.5, and the plateau keeps the limit from probing the service's
-edge every round trip: each probe costs an overload answer and, with ``Retry-After``, a pause of
-every call.
+times itself, once per round trip, and remembers the limit that met it. Each further overload
+answer to a call started before that decrease takes one call off the limit and off the
+remembered one (the service had that slot fewer), so that a service whose capacity drops far is
+followed within a round trip or two, as DCTCP cuts deeper the more of its window was marked.
+While the limit is in use, each call that succeeds raises it by one (doubling per round trip)
+up to one under the remembered limit, where it holds for ``probe_after_s``; then it probes
+above, adding one call in a round trip, then two; an overload sends it back to where it held,
+and two round trips without one mean that the service has grown: the limit doubles per round
+trip again (slow start) until it finds the new edge.
+
+AIMD and not a latency gradient: a rate-limited API says when it is full (429, 503), while its
+latency often does not change until then, and a gradient limiter mistakes a slow tail for
+congestion. ``backoff`` is 0.9, not TCP's 0.5, and the plateau keeps the limit from probing
+the service's edge every round trip: each probe costs an overload answer and, with
+``Retry-After``, a pause of every call.
 
 **The circuit breaker** opens after ``failures`` failed calls within ``window_s`` (overload
 answers, calls cut off by their deadline, and errors that ``counts`` accepts). While open, no
@@ -51,7 +53,7 @@ says), or waits for the breaker to close (``"wait"``). After ``open_s`` it lets 
 through (half-open); when they all succeed it closes, and one that fails opens it again.
 
 >>> Service(capacity="auto", rate_limit=50).capacity
-AdaptiveCapacity(initial=8, ceiling=256, floor=1, backoff=0.9, probe_after_s=1.0)
+AdaptiveCapacity(initial=8, ceiling=256, floor=1, backoff=0.9, probe_after_s=0.5)
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ class AdaptiveCapacity:
     backoff: float = 0.9
     #: How long the limit holds just under the last limit that met an overload before it probes
     #: above it again.
-    probe_after_s: float = 1.0
+    probe_after_s: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("initial", "ceiling", "floor"):

@@ -589,11 +589,14 @@ class ServiceGate:
         if self._slow_start:
             limit += 1.0
         elif limit < self._known_max - 1.0:
-            limit = min(limit + 1.0 / limit, self._known_max - 1.0)  # back to just under it
+            limit = min(limit + 1.0, self._known_max - 1.0)  # back to just under it, doubling per round trip
         elif self._time.now_ms() - self._overload_ms >= adaptive.probe_after_s * 1000:
             limit += self._gain / limit  # probing above it, faster each round trip
             if limit >= self._gain_from + self._gain:
                 self._gain_from, self._gain = limit, self._gain * 2
+                # Two round trips above it without an overload: the service has grown, and the
+                # limit doubles each round trip again until it finds the new edge.
+                self._slow_start = self._gain >= 4
         self.limit = min(float(adaptive.ceiling), limit)
         self.metrics.limit = self.limit
 
@@ -605,12 +608,19 @@ class ServiceGate:
             # Sent before the last decrease, which answered for the round trip; each more call
             # of that round trip turned away was a slot the service did not have.
             self.limit = max(float(adaptive.floor), self.limit - SHED_PER_OVERLOAD)
+            self._known_max = max(float(adaptive.floor), self._known_max - SHED_PER_OVERLOAD)
             self.metrics.limit = self.limit
             return
+        # A probe above the plateau that met an overload goes back to the plateau: the limit
+        # under it was fine. Otherwise the limit backs off.
+        plateau = None if self._slow_start else self._known_max - 1.0
         self._slow_start = False
+        limit = self.limit * adaptive.backoff
+        if plateau is not None and self.limit > plateau:
+            limit = max(limit, plateau)
         self._known_max = self.limit
         self._overload_ms = self._time.now_ms()
-        self.limit = max(float(adaptive.floor), self.limit * adaptive.backoff)
+        self.limit = max(float(adaptive.floor), limit)
         self._gain, self._gain_from = 1.0, self.limit
         self._decrease_at = self._begun
         self.metrics.limit = self.limit
