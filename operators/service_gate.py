@@ -3,9 +3,11 @@
 Every attempt asks ``ServiceGate.admit`` before it calls, and the gate says how each call ended
 (``call_ended``, ``forget``); the rules are in ``service``'s docstring. The gate holds the
 attempts that may not call yet, the calls in flight and their hedges, the adaptive limit, the
-rate limit's tokens, a pause, the breaker's state and the lookup cache.
+call times leased from the rate quota (``service_quota``), a pause, the breaker's state and the
+lookup cache.
 
-Threading model: every method runs on the operator's mailbox thread.
+Threading model: every method runs on the operator's mailbox thread; the quota's answers come
+from any thread, through the mailbox.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from .async_attempt import AttemptHandler
     from .timers import ProcessingTimeService, TimerHandle
 
-__all__ = ["ServiceGate", "ServiceMetrics"]
+__all__ = ["COUNTERS", "ServiceGate", "ServiceMetrics"]
 
 
 #: What a gate counts, in the order of its counters' store (``ServiceMetrics``).
@@ -111,8 +113,8 @@ def _private(raw: Any) -> Any:
     return raw if type(raw) in _IMMUTABLE else copy.deepcopy(raw)
 
 
-_GO, _WAIT, _REJECT = 0, -1, -2
-SHED_PER_OVERLOAD = 1.0  # what each further overload answer of a round trip takes off the limit  # _may_call's verdicts; a positive one is the time to look again
+_GO, _WAIT, _REJECT = 0, -1, -2  # _may_call's verdicts; a positive one is the time to look again
+SHED_PER_OVERLOAD = 1.0  # what each further overload answer of a round trip takes off the limit
 
 
 class ServiceGate:
