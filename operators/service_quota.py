@@ -5,10 +5,11 @@
 ended or now, whichever is later (a virtual-clock scheduler, the generic cell rate algorithm
 without a burst tolerance), and ending at most ``AHEAD_MS`` from now. No two leases share a
 time, so however many instances call, the service never sees more than its rate in any second.
-An instance asks only while records wait for a call, for as many call times as wait, up to
-``LEASE_MS`` of the service's rate, and asks for the next lease before the last runs out; a
-call time it did not use within ``STALE_MS`` is dropped, never caught up on, so a slow instance
-does not burst later.
+An instance asks only while records wait for a call, for no more call times than wait: at
+first ``LEASE_MS`` of its share of the rate, twice as many each time records had to wait for a
+lease, half as many each time call times went unused, up to ``LEASE_MS`` of the service's rate;
+and it asks for the next lease before the last runs out. A call time it did not use within
+``STALE_MS`` is dropped, never caught up on, so a slow instance does not burst later.
 
 A pause (an overload answer with ``Retry-After``) moves the schedule past its end and reaches
 every instance that watches the quota: the whole service pauses, not one request.
