@@ -88,7 +88,7 @@ def _quota_of(spec: ChainSpec, i: int) -> Callable[[str | None, float | None], R
     handle = spec.service_quotas[i] if spec.service_quotas else None
     if handle is None:
         return None
-    return lambda name, per_second: RayServiceQuota(handle)
+    return lambda name, per_second: RayServiceQuota(handle, name or spec.name)
 
 
 async def tick(

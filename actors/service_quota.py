@@ -27,6 +27,7 @@ SERVICE_PREFIX = "service:"  # a quota actor's name: <job>/service:<service>
 
 _WATCH_S = 30.0  # a watcher's call returns at the latest after this, and is made again
 _AGAIN_S = 0.1  # a call that found the actor dead is made again after this
+_GIVE_UP_S = 10.0  # ... for this long at most
 
 
 def _later(call: Callable[..., Any], *args: Any) -> None:
@@ -90,23 +91,31 @@ class RayServiceQuota:
     """An instance's side of a ``ServiceQuotaActor`` (``operators.service_quota.ServiceQuota``):
     every call is asynchronous, and its answer comes back on a Ray thread.
 
-    A call that fails because the actor died is made again ``_AGAIN_S`` later, until Ray has
-    started it again; it is the job's end that kills it for good, and its instances with it.
-    (Ray's own retries would say so in the driver's console for each call in flight then.)
+    A call that fails because the actor died is made again ``_AGAIN_S`` later, while Ray starts
+    it again. (Ray's own retries would say so in the console for each call in flight when the job
+    ends and kills it.) After ``_GIVE_UP_S`` of that (someone killed it for good, say from the
+    dashboard), a lease fails the operator with the cause, and the job restarts with a quota
+    actor started anew (``cluster.job``), or fails; a watcher stops watching.
     """
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, name: str = "") -> None:
         self._handle = handle
+        self._name = name
         self._known = 0
         self._on_pause: Callable[[int], None] | None = None
 
-    def lease(self, count: int, now_ms: int, deliver: Callable[[Lease | BaseException], None]) -> None:
+    def lease(
+        self, count: int, now_ms: int, deliver: Callable[[Lease | BaseException], None], since: float | None = None,
+    ) -> None:
         def leased(future: Future[Lease]) -> None:
             try:
                 lease: Lease | BaseException = future.result()
-            except RayActorError:
-                _later(self.lease, count, now_ms, deliver)
-                return
+            except RayActorError as error:
+                first = time.monotonic() if since is None else since
+                if time.monotonic() - first < _GIVE_UP_S:
+                    _later(self.lease, count, now_ms, deliver, first)
+                    return
+                lease = RuntimeError(f"the quota actor of service {self._name!r} is gone since {_GIVE_UP_S:g} s: {error}")
             except Exception as error:
                 lease = error
             deliver(lease)
@@ -120,14 +129,17 @@ class RayServiceQuota:
         self._on_pause = on_pause
         self._poll()
 
-    def _poll(self) -> None:
-        self._handle.paused_after.remote(self._known).future().add_done_callback(self._polled)
+    def _poll(self, since: float | None = None) -> None:
+        self._handle.paused_after.remote(self._known).future().add_done_callback(
+            lambda future: self._polled(future, since))
 
-    def _polled(self, future: Future[int]) -> None:
+    def _polled(self, future: Future[int], since: float | None) -> None:
         try:
             until = future.result()
         except RayActorError:
-            _later(self._poll)
+            first = time.monotonic() if since is None else since
+            if time.monotonic() - first < _GIVE_UP_S:
+                _later(self._poll, first)
             return
         if until > self._known:
             self._known = until

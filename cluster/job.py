@@ -141,10 +141,11 @@ class _NamedActor:
                 time.sleep(0.05)
 
 
-def start_service_quotas(graph: JobGraph, job: str) -> dict[str, Any]:
+def start_service_quotas(graph: JobGraph, job: str, only: set[str] | None = None) -> dict[str, Any]:
     """One quota actor per service of the job that has a rate limit, or that more than one
     instance calls (to share its pauses): the node name -> the actor of its service. A service
-    is its ``Service(name=...)``, else its operator's; one service with two rates is refused."""
+    is its ``Service(name=...)``, else its operator's; one service with two rates is refused.
+    ``only``: the services of these nodes alone."""
     by_service: dict[str, list[OperatorNode]] = {}
     for node in graph.nodes:
         if node.service is not None:
@@ -156,6 +157,8 @@ def start_service_quotas(graph: JobGraph, job: str) -> dict[str, Any]:
             check_same_rate(service, rates[0], rate)
         if rates[0] is None and sum(n.parallelism for n in nodes) == 1:
             continue
+        if only is not None and not only & {n.name for n in nodes}:
+            continue
         name = f"{job}/{SERVICE_PREFIX}{service}"
         handle = _actor_class(ServiceQuotaActor).options(
             name=name, namespace=NAMESPACE, num_cpus=0, max_restarts=-1,
@@ -164,6 +167,18 @@ def start_service_quotas(graph: JobGraph, job: str) -> dict[str, Any]:
         actor = _NamedActor(handle, name).remote(service, rates[0])
         quotas.update((n.name, actor) for n in nodes)
     return quotas
+
+
+def revive_service_quotas(graph: JobGraph, job: str, quotas: dict[str, Any]) -> dict[str, Any]:
+    """The job's quota actors for a restart: those killed for good (Ray restarts the others
+    itself) started anew."""
+    dead: set[str] = set()
+    for handle in {id(h): h for h in quotas.values()}.values():
+        try:
+            ray.get(handle.figures.remote(), timeout=30)
+        except (RayActorError, ray.exceptions.GetTimeoutError):
+            dead |= {node for node, h in quotas.items() if h is handle}
+    return {**quotas, **start_service_quotas(graph, job, only=dead)} if dead else quotas
 
 
 def end_service_quotas(quotas: dict[str, Any]) -> None:
@@ -254,6 +269,8 @@ def _run_recoverable(
     restore = _restore_point(job, coordinator, 0) if config.resume_from is not None else None
     try:
         while True:
+            if number:
+                quotas.update(revive_service_quotas(graph, job, quotas))
             attempt = _Attempt(graph, job, number, checkpoints.for_attempt(number), coordinator, restore,
                                output_schema, placement, service_quotas=quotas)
             try:
@@ -632,8 +649,15 @@ class _Attempt:
         """The name of an actor of this attempt that died, or None if all are alive.
 
         Returns at the first dead one: the probe of an actor whose process is still starting
-        (a kill during the deploy) answers only once it has started, seconds later."""
-        probes = {handle.__ray_ready__.remote(): handle for handle in self.handles}
+        (a kill during the deploy) answers only once it has started, seconds later. The
+        services' quota actors count too: one killed for good fails the instances that lease
+        from it, and a restart starts it anew (``revive_service_quotas``)."""
+        names = {handle: self.names[handle] for handle in self.handles}
+        for node in self.graph.nodes:
+            quota = self.service_quotas.get(node.name)
+            if quota is not None:
+                names[quota] = f"{self.job}/{SERVICE_PREFIX}{node.service.name or node.name}"
+        probes = {handle.__ray_ready__.remote(): handle for handle in names}
         pending, deadline = list(probes), time.monotonic() + 10
         while pending:
             ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
@@ -642,7 +666,7 @@ class _Attempt:
             try:
                 ray.get(ready[0])
             except RayError:
-                return self.names[probes[ready[0]]]
+                return names[probes[ready[0]]]
         return None
 
     def kill(self) -> None:

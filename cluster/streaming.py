@@ -61,7 +61,7 @@ from .checkpoints.sink import TwoPhaseOutput
 from .checkpoints.storage import CheckpointStorage
 from .job import (
     _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, default_checkpoint_directory,
-    end_service_quotas, start_service_quotas,
+    end_service_quotas, revive_service_quotas, start_service_quotas,
 )
 from .job_graph import JobGraph, SourceNode
 
@@ -384,6 +384,8 @@ class StreamingJob:
 
     def _deploy(self, restore: int | None) -> None:
         assert self._checkpoints is not None
+        if self._attempt is not None:  # a restart
+            self._quotas.update(revive_service_quotas(self.graph, self.job, self._quotas))
         attempt = _Attempt(self.graph, self.job, self._number, self._checkpoints.for_attempt(self._number),
                            self._coordinator, restore, self.output_schema, self.placement, service_quotas=self._quotas)
         self._attempt = attempt

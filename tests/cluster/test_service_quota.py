@@ -108,3 +108,24 @@ def test_service_counts_stay_exact_across_kills_and_the_quota_holds_after_each_r
     # its 20 in flight per kill).
     assert stats["requests"] <= figures["service_calls"] <= stats["requests"] + 20 * len(monkey.kills)
     assert stats["requests"] >= n
+
+
+def test_a_quota_actor_killed_for_good_fails_its_attempt_and_the_restart_starts_it_anew(ray_session, tmp_path):
+    n = 1_500
+    with EnrichmentService(latency_ms_median=2, latency_sigma=0.2, failure_rate=0.0, hang_rate=0.0) as svc:
+        def kill_the_quota() -> None:
+            while len(svc.arrival_times()) < 100:
+                time.sleep(0.01)
+            ray.kill(ray.get_actor("quota-gone/service:async_map", namespace="actorflow"), no_restart=True)
+
+        thread = threading.Thread(target=kill_the_quota, daemon=True)
+        thread.start()
+        stream = from_arrow(_tables(n, 2), parallelism=2, job_name="quota-gone").async_map(
+            _call(svc.url, "segment"), service=Service(rate_limit=200), capacity=20, timeout_ms=120_000)
+        result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
+        thread.join()
+        busiest = svc.busiest_second()
+    assert sorted(r["id"] for r in result.to_arrow().to_pylist()) == list(range(n))
+    assert result.restarts >= 1
+    assert any("quota actor of service 'async_map' is gone" in f for f in result.failures), result.failures
+    assert busiest <= 200 * 1.05
