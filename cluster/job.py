@@ -466,6 +466,8 @@ class _AttemptFailed(Exception):
 class _Attempt:
     """One deployment of the job's actors: the first, or one after a restart."""
 
+    quota_names: dict[Any, str] = {}  # the services' quota actors -> their names (never changed in place)
+
     def __init__(
         self, graph: JobGraph, job: str, number: int, checkpoints: JobCheckpoints | None, coordinator: Any,
         restore: int | None, output_schema: pa.Schema | None, placement: dict[str, Any],
@@ -473,6 +475,8 @@ class _Attempt:
     ) -> None:
         self.graph, self.job, self.number = graph, job, number
         self.service_quotas = service_quotas or {}  # node name -> its service's quota actor
+        self.quota_names = {self.service_quotas[n.name]: f"{job}/{SERVICE_PREFIX}{n.service.name or n.name}"
+                            for n in graph.nodes if n.name in self.service_quotas}
         # With stream_output, the last stage's output leaves its actors as it is produced:
         # blocks[i] holds instance i's blocks, owned by this process, in order.
         self.stream_output = stream_output
@@ -652,11 +656,7 @@ class _Attempt:
         (a kill during the deploy) answers only once it has started, seconds later. The
         services' quota actors count too: one killed for good fails the instances that lease
         from it, and a restart starts it anew (``revive_service_quotas``)."""
-        names = {handle: self.names[handle] for handle in self.handles}
-        for node in self.graph.nodes:
-            quota = self.service_quotas.get(node.name)
-            if quota is not None:
-                names[quota] = f"{self.job}/{SERVICE_PREFIX}{node.service.name or node.name}"
+        names = {**{handle: self.names[handle] for handle in self.handles}, **self.quota_names}
         probes = {handle.__ray_ready__.remote(): handle for handle in names}
         pending, deadline = list(probes), time.monotonic() + 10
         while pending:
