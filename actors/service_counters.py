@@ -13,6 +13,7 @@ import mmap
 import shutil
 import tempfile
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -43,7 +44,7 @@ def open_counters(job: str, instance: str, service: str) -> Any:
     return memoryview(mapped).cast("d")
 
 
-def counters_of(job: str, *, skip: set[str] = frozenset()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+def counters_of(job: str, *, skip: Collection[str] = ()) -> list[dict[str, Any]]:
     """The counts of the job's instances on this node, but those named in ``skip``, as figures
     (``{"name": instance, "services": {service: {"service_calls": ...}}}``)."""
     folder = _job_dir(job)

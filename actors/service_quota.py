@@ -30,10 +30,16 @@ _AGAIN_S = 0.1  # a call that found the actor dead is made again after this
 _GIVE_UP_S = 10.0  # ... for this long at most
 
 
-def _later(call: Callable[..., Any], *args: Any) -> None:
-    timer = threading.Timer(_AGAIN_S, call, args)
+def _again(since: float | None, call: Callable[..., Any], *args: Any) -> bool:
+    """Make a call that found the actor dead again ``_AGAIN_S`` later, with ``since`` (when the
+    first try failed) as its last argument; False once that was ``_GIVE_UP_S`` ago."""
+    first = time.monotonic() if since is None else since
+    if time.monotonic() - first >= _GIVE_UP_S:
+        return False
+    timer = threading.Timer(_AGAIN_S, call, (*args, first))
     timer.daemon = True
     timer.start()
+    return True
 
 
 def _now_ms() -> int:
@@ -49,23 +55,17 @@ class ServiceQuotaActor:
         with warnings.catch_warnings():  # Ray 2.50 warns about its own use of a deprecated property here
             warnings.simplefilter("ignore")
             hold = HOLD_MS if ray.get_runtime_context().was_current_actor_reconstructed else 0
-        self._schedule = None if per_second is None else QuotaSchedule(per_second, start_ms=_now_ms() + hold)
-        self._paused_until = 0
+        self._schedule = QuotaSchedule(per_second, start_ms=_now_ms() + hold)
         self._changed: asyncio.Event | None = None
         self._pauses = 0
 
     async def lease(self, count: int) -> Lease:
-        if self._schedule is None:
-            raise RuntimeError(f"service {self.name!r} has no rate limit to lease calls from")
         return self._schedule.lease(count, _now_ms())
 
     async def pause(self, until_ms: int) -> None:
-        if until_ms <= self._paused_until:
+        if not self._schedule.pause(until_ms):
             return
-        self._paused_until = until_ms
         self._pauses += 1
-        if self._schedule is not None:
-            self._schedule.pause(until_ms)
         if self._changed is not None:
             self._changed.set()
             self._changed = None
@@ -73,18 +73,18 @@ class ServiceQuotaActor:
     async def paused_after(self, known_ms: int) -> int:
         """The pause's end, once it is later than ``known_ms`` (or after ``_WATCH_S``)."""
         deadline = time.monotonic() + _WATCH_S
-        while self._paused_until <= known_ms:
+        while self._schedule.paused_until_ms <= known_ms:
             if self._changed is None:
                 self._changed = asyncio.Event()
             try:
                 await asyncio.wait_for(self._changed.wait(), max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 break
-        return self._paused_until
+        return self._schedule.paused_until_ms
 
     async def figures(self) -> dict[str, Any]:
-        return {"granted": 0 if self._schedule is None else self._schedule.granted, "pauses": self._pauses,
-                "paused_until_ms": self._paused_until}
+        return {"granted": self._schedule.granted, "pauses": self._pauses,
+                "paused_until_ms": self._schedule.paused_until_ms}
 
 
 class RayServiceQuota:
@@ -111,9 +111,7 @@ class RayServiceQuota:
             try:
                 lease: Lease | BaseException = future.result()
             except RayActorError as error:
-                first = time.monotonic() if since is None else since
-                if time.monotonic() - first < _GIVE_UP_S:
-                    _later(self.lease, count, now_ms, deliver, first)
+                if _again(since, self.lease, count, now_ms, deliver):
                     return
                 lease = RuntimeError(f"the quota actor of service {self._name!r} is gone since {_GIVE_UP_S:g} s: {error}")
             except Exception as error:
@@ -137,9 +135,7 @@ class RayServiceQuota:
         try:
             until = future.result()
         except RayActorError:
-            first = time.monotonic() if since is None else since
-            if time.monotonic() - first < _GIVE_UP_S:
-                _later(self._poll, first)
+            _again(since, self._poll)
             return
         if until > self._known:
             self._known = until

@@ -29,7 +29,6 @@ from actorflow.actors.service_quota import SERVICE_PREFIX, ServiceQuotaActor
 from actorflow.actors.source_actor import BlockReader, EpochReader, SourceActor
 from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.errors import ActorflowError, ConfigurationError, JobFailedError
-from actorflow.operators.service import RateLimit
 from actorflow.operators.service_quota import check_same_rate
 
 from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCoordinator, JobCheckpoints
@@ -149,17 +148,17 @@ def start_service_quotas(graph: JobGraph, job: str, only: set[str] | None = None
     by_service: dict[str, list[OperatorNode]] = {}
     for node in graph.nodes:
         if node.service is not None:
-            by_service.setdefault(node.service.name or node.name, []).append(node)
+            by_service.setdefault(_service_of(node), []).append(node)
     quotas: dict[str, Any] = {}
     for service, nodes in by_service.items():
-        rates = [n.service.rate_limit.per_second if isinstance(n.service.rate_limit, RateLimit) else None for n in nodes]
+        rates = [n.service.calls_per_second for n in nodes]
         for rate in rates[1:]:
             check_same_rate(service, rates[0], rate)
         if rates[0] is None and sum(n.parallelism for n in nodes) == 1:
             continue
         if only is not None and not only & {n.name for n in nodes}:
             continue
-        name = f"{job}/{SERVICE_PREFIX}{service}"
+        name = _quota_actor_name(job, service)
         handle = _actor_class(ServiceQuotaActor).options(
             name=name, namespace=NAMESPACE, num_cpus=0, max_restarts=-1,
             lifetime=None, runtime_env=ACTOR_RUNTIME_ENV,
@@ -167,6 +166,15 @@ def start_service_quotas(graph: JobGraph, job: str, only: set[str] | None = None
         actor = _NamedActor(handle, name).remote(service, rates[0])
         quotas.update((n.name, actor) for n in nodes)
     return quotas
+
+
+def _service_of(node: OperatorNode) -> str:
+    """The service a node calls: its ``Service(name=...)``, else the node's own name."""
+    return node.service.name or node.name
+
+
+def _quota_actor_name(job: str, service: str) -> str:
+    return f"{job}/{SERVICE_PREFIX}{service}"
 
 
 def revive_service_quotas(graph: JobGraph, job: str, quotas: dict[str, Any]) -> dict[str, Any]:
@@ -475,7 +483,7 @@ class _Attempt:
     ) -> None:
         self.graph, self.job, self.number = graph, job, number
         self.service_quotas = service_quotas or {}  # node name -> its service's quota actor
-        self.quota_names = {self.service_quotas[n.name]: f"{job}/{SERVICE_PREFIX}{n.service.name or n.name}"
+        self.quota_names = {self.service_quotas[n.name]: _quota_actor_name(job, _service_of(n))
                             for n in graph.nodes if n.name in self.service_quotas}
         # With stream_output, the last stage's output leaves its actors as it is produced:
         # blocks[i] holds instance i's blocks, owned by this process, in order.

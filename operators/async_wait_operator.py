@@ -53,7 +53,7 @@ from .errors import ConfigurationError, RecordError
 from .operator import no_fault_point
 from .request_keys import RequestKey, key_text
 from .retry import RetryStrategy
-from .service import AdaptiveCapacity, RateLimit, Service, slots_of
+from .service import AdaptiveCapacity, Service, slots_of
 from .service_gate import ServiceGate
 from .stream_element_queue import RecordEntry, StatusEntry, WatermarkEntry
 
@@ -271,9 +271,8 @@ class AsyncWaitOperator(AsyncQueueOperator):
             self._request_type = _CoroutineRequest
         self.gate = None
         if self.service is not None:
-            share, rate = self.context.service_quota, self.service.rate_limit
-            per_second = rate.per_second if isinstance(rate, RateLimit) else None
-            quota = None if share is None else share(self.service.name, per_second)
+            share = self.context.service_quota
+            quota = None if share is None else share(self.service.name, self.service.calls_per_second)
             counters = self.context.service_counters
             self.gate = ServiceGate(self.service, self.context.processing_time, self.completions.put,
                                     capacity=self.capacity, parallelism=self.context.parallelism, name=self.name,

@@ -304,6 +304,12 @@ class Service:
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise ConfigurationError(f"Service(name=...) must be a non-empty str, got {self.name!r}")
 
+    @property
+    def calls_per_second(self) -> float | None:
+        """The rate limit in calls per second for all the instances; None without one."""
+        rate = self.rate_limit
+        return rate.per_second if isinstance(rate, RateLimit) else None
+
 
 def as_service(service: Service | None, capacity: Any) -> Service | None:
     """The ``Service`` of an async operator given ``service=`` and its ``capacity`` (which may

@@ -53,7 +53,8 @@ class Lease:
 
 
 class QuotaSchedule:
-    """The call times of a service's rate, ``per_second`` for all its callers (module docstring).
+    """The call times of a service's rate, ``per_second`` for all its callers (module docstring),
+    and its pause; with ``per_second`` None, the pause alone.
 
     >>> s = QuotaSchedule(10.0, start_ms=0)
     >>> s.lease(2, now_ms=0), s.lease(1, now_ms=50).first_ms
@@ -62,16 +63,18 @@ class QuotaSchedule:
     (True, 1000.0)
     """
 
-    def __init__(self, per_second: float, *, start_ms: float) -> None:
-        if not per_second > 0:
+    def __init__(self, per_second: float | None, *, start_ms: float) -> None:
+        if per_second is not None and not per_second > 0:
             raise ConfigurationError(f"a rate quota must be > 0 calls per second, got {per_second!r}")
         self.per_second = per_second
-        self.spacing_ms = 1000.0 / per_second
+        self.spacing_ms = 0.0 if per_second is None else 1000.0 / per_second
         self.next_ms = float(start_ms)
         self.paused_until_ms = 0
         self.granted = 0
 
     def lease(self, count: int, now_ms: float) -> Lease:
+        if self.per_second is None:
+            raise ConfigurationError("this service has no rate limit to lease calls from")
         first = max(float(now_ms), self.next_ms, float(self.paused_until_ms))
         count = max(1, min(int(count), math.floor((now_ms + AHEAD_MS - first) / self.spacing_ms)))
         self.next_ms = first + count * self.spacing_ms
@@ -112,29 +115,25 @@ class LocalQuota:
     """A quota kept in this process, for the instances that share this object."""
 
     def __init__(self, per_second: float | None, *, start_ms: int = 0) -> None:
-        self.schedule = None if per_second is None else QuotaSchedule(per_second, start_ms=start_ms)
-        self.paused_until_ms = 0
+        self.schedule = QuotaSchedule(per_second, start_ms=start_ms)
         self._watchers: list[Callable[[int], None]] = []
 
     def lease(self, count: int, now_ms: int, deliver: Callable[[Lease | BaseException], None]) -> None:
-        if self.schedule is None:
-            deliver(ConfigurationError("this service has no rate limit to lease calls from"))
-            return
-        deliver(self.schedule.lease(count, now_ms))
+        try:
+            lease: Lease | BaseException = self.schedule.lease(count, now_ms)
+        except ConfigurationError as error:
+            lease = error
+        deliver(lease)
 
     def pause(self, until_ms: int) -> None:
-        if until_ms <= self.paused_until_ms:
-            return
-        self.paused_until_ms = until_ms
-        if self.schedule is not None:
-            self.schedule.pause(until_ms)
-        for on_pause in self._watchers:
-            on_pause(until_ms)
+        if self.schedule.pause(until_ms):
+            for on_pause in self._watchers:
+                on_pause(until_ms)
 
     def watch(self, on_pause: Callable[[int], None]) -> None:
         self._watchers.append(on_pause)
-        if self.paused_until_ms:
-            on_pause(self.paused_until_ms)  # a pause that began before this instance opened
+        if self.schedule.paused_until_ms:
+            on_pause(self.schedule.paused_until_ms)  # a pause that began before this instance opened
 
 
 class ServiceQuotas:
