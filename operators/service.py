@@ -34,8 +34,9 @@ answer to a call started before that decrease takes one call off the limit and o
 remembered one (the service had that slot fewer), so that a service whose capacity drops far is
 followed within a round trip or two, as DCTCP cuts deeper the more of its window was marked.
 While the limit is in use, each call that succeeds raises it by one (doubling per round trip)
-up to one under the remembered limit, where it holds for ``probe_after_s``; then it probes
-above, adding one call in a round trip, then two; an overload sends it back to where it held,
+up to one under the remembered limit, where it holds for a quarter of a round trip per call of
+the limit (``hold_per_call``; at least ``probe_after_s``); then it probes above, adding one
+call in a round trip, then two; an overload sends it back to where it held,
 and two round trips without one mean that the service has grown: the limit doubles per round
 trip again (slow start) until it finds the new edge.
 
@@ -43,7 +44,11 @@ AIMD and not a latency gradient: a rate-limited API says when it is full (429, 5
 latency often does not change until then, and a gradient limiter mistakes a slow tail for
 congestion. ``backoff`` is 0.9, not TCP's 0.5, and the plateau keeps the limit from probing
 the service's edge every round trip: each probe costs an overload answer and, with
-``Retry-After``, a pause of every call.
+``Retry-After``, a pause of every call. What a pause costs grows with the limit, while what a
+probe can find shrinks with it (one call more is an eighth at 8 and a fortieth at 40), so the
+hold grows with the limit, as AIMD's own climb back takes longer from a larger window: probes
+cost about the same share of the calls at every limit, and a small limit finds a grown service
+sooner.
 
 **The circuit breaker** opens after ``failures`` failed calls within ``window_s`` (overload
 answers, calls cut off by their deadline, and errors that ``counts`` accepts). While open, no
@@ -53,7 +58,7 @@ says), or waits for the breaker to close (``"wait"``). After ``open_s`` it lets 
 through (half-open); when they all succeed it closes, and one that fails opens it again.
 
 >>> Service(capacity="auto", rate_limit=50).capacity
-AdaptiveCapacity(initial=8, ceiling=256, floor=1, backoff=0.9, probe_after_s=0.5)
+AdaptiveCapacity(initial=8, ceiling=256, floor=1, backoff=0.9, hold_per_call=0.25, probe_after_s=0.2)
 """
 
 from __future__ import annotations
@@ -137,8 +142,10 @@ class AdaptiveCapacity:
     floor: int = 1
     backoff: float = 0.9
     #: How long the limit holds just under the last limit that met an overload before it probes
-    #: above it again.
-    probe_after_s: float = 0.5
+    #: above it again: ``hold_per_call`` round trips per call of the limit, and at least
+    #: ``probe_after_s`` (at most 5 s).
+    hold_per_call: float = 0.25
+    probe_after_s: float = 0.2
 
     def __post_init__(self) -> None:
         for name in ("initial", "ceiling", "floor"):
@@ -150,8 +157,10 @@ class AdaptiveCapacity:
                 f"AdaptiveCapacity needs floor <= initial <= ceiling, got {self.floor}, {self.initial}, {self.ceiling}")
         if not isinstance(self.backoff, (int, float)) or not 0 < self.backoff < 1:
             raise ConfigurationError(f"AdaptiveCapacity(backoff=...) must be in (0, 1), got {self.backoff!r}")
-        if not isinstance(self.probe_after_s, (int, float)) or isinstance(self.probe_after_s, bool) or self.probe_after_s < 0:
-            raise ConfigurationError(f"AdaptiveCapacity(probe_after_s=...) must be seconds >= 0, got {self.probe_after_s!r}")
+        for name in ("hold_per_call", "probe_after_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ConfigurationError(f"AdaptiveCapacity({name}=...) must be a number >= 0, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,7 @@ def _private(raw: Any) -> Any:
 
 _GO, _WAIT, _REJECT = 0, -1, -2  # _may_call's verdicts; a positive one is the time to look again
 SHED_PER_OVERLOAD = 1.0  # what each further overload answer of a round trip takes off the limit
+HOLD_MAX_S = 5.0  # the longest the limit holds under an edge before it probes above
 
 
 class ServiceGate:
@@ -143,6 +144,7 @@ class ServiceGate:
         self._slow_start = True
         self._known_max = 0.0  # the limit at the last overload: what the service did not take
         self._overload_ms = 0  # when that was
+        self._rtt_ms: float | None = None  # smoothed latency of successful calls
         self._gain = 1.0  # while probing above it: calls added per round trip, doubled each round
         self._gain_from = 0.0  # the limit where the current gain started
         self._begun = 0  # calls let through so far: a call's number orders it against a decrease
@@ -236,6 +238,9 @@ class ServiceGate:
         raw = self._raw.pop(handler, results) if self._raw else results
         if error is None and self.hedge is not None:
             self._latencies.append(self._time.now_ms() - started_ms)
+        if error is None and self._adaptive is not None:
+            latency = self._time.now_ms() - started_ms
+            self._rtt_ms = latency if self._rtt_ms is None else self._rtt_ms + (latency - self._rtt_ms) / 8
         if key is not _NO_KEY:
             self._lead_ended(handler, key, raw if error is None else None)
         self.in_flight -= 1
@@ -592,7 +597,7 @@ class ServiceGate:
             limit += 1.0
         elif limit < self._known_max - 1.0:
             limit = min(limit + 1.0, self._known_max - 1.0)  # back to just under it, doubling per round trip
-        elif self._time.now_ms() - self._overload_ms >= adaptive.probe_after_s * 1000:
+        elif self._time.now_ms() - self._overload_ms >= self._hold_ms(adaptive):
             limit += self._gain / limit  # probing above it, faster each round trip
             if limit >= self._gain_from + self._gain:
                 self._gain_from, self._gain = limit, self._gain * 2
@@ -601,6 +606,12 @@ class ServiceGate:
                 self._slow_start = self._gain >= 4
         self.limit = min(float(adaptive.ceiling), limit)
         self.metrics.limit = self.limit
+
+    def _hold_ms(self, adaptive: AdaptiveCapacity) -> float:
+        """How long the limit holds under the edge it met before it probes above: ``hold_per_call``
+        round trips per call of the limit, within ``probe_after_s`` and ``HOLD_MAX_S``."""
+        held = adaptive.hold_per_call * self.limit * (self._rtt_ms or 0.0)
+        return min(HOLD_MAX_S * 1000, max(adaptive.probe_after_s * 1000, held))
 
     def _overloaded(self, number: int) -> None:
         adaptive = self._adaptive

@@ -115,7 +115,7 @@ def test_an_overload_answer_lowers_the_adaptive_limit_once_per_round_trip_and_ea
 
 
 def test_after_an_overload_the_limit_holds_under_it_then_probes_faster_each_round_trip():
-    adaptive = AdaptiveCapacity(initial=20, ceiling=200, backoff=0.5, probe_after_s=1.0)
+    adaptive = AdaptiveCapacity(initial=20, ceiling=200, backoff=0.5, hold_per_call=0, probe_after_s=1.0)
     fn, h = _gated(Service(capacity=adaptive), capacity=200)
     _feed(h, range(2_000))
     gate = h.chain.operators[0].gate
@@ -143,8 +143,34 @@ def test_after_an_overload_the_limit_holds_under_it_then_probes_faster_each_roun
     assert limits[-1] > 100, limits
 
 
+@pytest.mark.parametrize("edge, hold_ms", [(40, 975), (8, 200)])
+def test_the_limit_holds_longer_under_a_larger_edge_a_quarter_round_trip_per_call(edge, hold_ms):
+    # Calls take 100 ms. Under an edge of 40 the limit (39) holds 0.25 * 39 round trips;
+    # under 8 the hold would be 175 ms, and probe_after_s makes it 200.
+    adaptive = AdaptiveCapacity(initial=edge, ceiling=200, backoff=0.5, probe_after_s=0.2)
+    fn, h = _gated(Service(capacity=adaptive), capacity=200)
+    _feed(h, range(5_000))
+    gate = h.chain.operators[0].gate
+    fn.fail(0, HTTPError(429))  # at t = 0
+    h.run_until_idle()
+    now, limits = 0, {}
+    while now < 1_500:
+        now += 25
+        h.set_processing_time(now)
+        if now % 100 == 0:  # a round trip: every call in flight answers, 100 ms after it left
+            for v in list(fn.in_flight()):
+                fn.complete(v)
+            h.run_until_idle()
+        limits[now] = gate.limit
+    plateau = edge - 1.0
+    assert limits[100] == plateau  # back under the edge within the round trip
+    assert all(limit == plateau for t, limit in limits.items() if 100 <= t < hold_ms), limits
+    first_probe = min(t for t, limit in limits.items() if limit > plateau)
+    assert hold_ms <= first_probe <= hold_ms + 100, (first_probe, limits)
+
+
 def test_a_probe_that_meets_an_overload_goes_back_to_where_the_limit_held():
-    adaptive = AdaptiveCapacity(initial=20, ceiling=200, backoff=0.5, probe_after_s=1.0)
+    adaptive = AdaptiveCapacity(initial=20, ceiling=200, backoff=0.5, hold_per_call=0, probe_after_s=1.0)
     fn, h = _gated(Service(capacity=adaptive), capacity=200)
     _feed(h, range(2_000))
     gate = h.chain.operators[0].gate
