@@ -8,6 +8,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from actorflow.operators.channel_items import Partitioning
+from actorflow.operators.key_groups import DEFAULT_MAX_PARALLELISM
 from actorflow.operators.operator import StreamOperator
 
 from .naming import instance_name, task_name
@@ -26,7 +27,7 @@ class ChainSpec:
     num_inputs: int
     operator_factories: list[Callable[[], StreamOperator]]
     partitioning: Partitioning = Partitioning.FORWARD
-    key: Callable[[Any], Any] | None = None
+    key: Any = None  # the next stage's key: a column name, a tuple of them, a function or a KeyRouter
     # With hash partitioning: the factory of the next stage's head operator, whose
     # pre_aggregate a batch may go through before the split (a keyed window stage).
     downstream_head: Callable[[], StreamOperator] | None = None
@@ -51,6 +52,10 @@ class ChainSpec:
     # Per operator of the chain: the quota actor of the service it calls, where the job shares
     # one between instances (``service_quota``), else None.
     service_quotas: list[Any] | None = None
+    # A keyed stage: the key that routes records to it (a ``KeyRouter`` over the job's key
+    # groups), with which a restore at another parallelism deals its in-flight records.
+    input_key: Any = None
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM
 
     def __post_init__(self) -> None:
         self.partitioning = Partitioning(self.partitioning)

@@ -30,6 +30,8 @@ from actorflow.operators.windows.late import LateRecord
 
 from .arrow_rows import RowBatch
 from .chain_spec import ChainSpec
+from .instance_rescale import reroute_output, rescaled_instance
+from .naming import old_tasks
 from .output import BatchingOutput, LocalSink, Outbox
 from .source_actor import BlockReader, EpochReader
 
@@ -52,8 +54,18 @@ class InstanceCheckpoints:
         spec = self.spec
         if spec.restore is None:
             return None
-        data = await asyncio.to_thread(spec.checkpoints.read_state, spec.restore, spec.task)
-        return restored_state(pickle.loads(data))
+        return await asyncio.to_thread(self._read, spec.restore)
+
+    def _read(self, checkpoint_id: int) -> dict[str, Any]:
+        """This task's state in the checkpoint; or, where the stage ran at another parallelism
+        then, this instance's part of the states of all its old instances (``instance_rescale``)."""
+        spec = self.spec
+        old = old_tasks(spec.checkpoints.tasks(checkpoint_id), spec.name)
+        if spec.task in old or not old:
+            return restored_state(pickle.loads(spec.checkpoints.read_state(checkpoint_id, spec.task)))
+        olds = [restored_state(pickle.loads(spec.checkpoints.read_state(checkpoint_id, task))) for task in old]
+        return rescaled_instance(olds, spec.index, spec.parallelism, stage=spec.name, num_inputs=spec.num_inputs,
+                                 key=spec.input_key, max_parallelism=spec.max_parallelism)
 
     async def trigger(self, checkpoint_id: int, reader: BlockReader | None, gate: Any,
                       split_channels: list[Any] | None, between_items: asyncio.Event) -> None:
@@ -119,10 +131,17 @@ class InstanceCheckpoints:
         spec.coordinator.acknowledge.remote(spec.attempt, checkpoint_id, spec.task, size)
 
     @staticmethod
-    def restore(state: dict[str, Any], task: StreamTask, outbox: Outbox) -> dict[str, list[Any]]:
-        """Restore the task's part and requeue the output the barrier overtook; the side outputs."""
+    def restore(state: dict[str, Any], task: StreamTask, outbox: Outbox, output: BatchingOutput | None = None) -> dict[str, list[Any]]:
+        """Restore the task's part and requeue the output the barrier overtook (dealt anew where
+        the next stage's parallelism changed); the side outputs."""
         task.restore_state(state)
-        for channel, items in enumerate(state["output"]):
+        overtaken = state["output"]
+        if overtaken and len(overtaken) != outbox.channels:
+            if output is None:
+                raise StateFormatError(f"the state holds output for {len(overtaken)} channels, and there are "
+                                       f"{outbox.channels}: restore it with the output that routes it anew")
+            overtaken = reroute_output(overtaken, outbox.channels, output.partitioner)
+        for channel, items in enumerate(overtaken):
             for item in items:
                 outbox.put(channel, item)
         return state["side_outputs"]  # type: ignore[no-any-return]

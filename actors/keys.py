@@ -1,8 +1,8 @@
-"""Routing records by key: a stable hash, the same in every process, run and restart.
+"""Routing records by key: to the instance that owns the key's key group (``operators.key_groups``).
 
-Python's ``hash()`` of a ``str`` changes from process to process (``PYTHONHASHSEED``), so two
-upstream actors would send one key to different instances. A key is routed by the CRC-32 of a
-canonical encoding of its value instead: type tag, then the value's text or bytes.
+Every process agrees on a key's group (a stable hash of its value, not Python's ``hash()``), and
+instance ``i`` of ``p`` owns the contiguous range ``key_group_range(i, max_parallelism, p)``, so
+that a job resumed at another parallelism moves whole key groups.
 
 - Supported key values: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, ``Decimal``,
   ``date``/``datetime``/``time``/``timedelta``, and tuples of them. A value read from an Arrow
@@ -11,17 +11,12 @@ canonical encoding of its value instead: type tag, then the value's text or byte
 - A batch keyed by a column is routed without a Python call per row: the column is dictionary
   encoded and each distinct key hashed once.
 
->>> stable_hash("DE") == stable_hash("DE"), stable_hash(("a", 1)) != stable_hash(("a", 2))
-(True, True)
 >>> KeyRouter("country").target({"country": "DE"}, 2) == KeyRouter("country").target({"country": "DE"}, 2)
 True
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import zlib
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -29,62 +24,14 @@ import pyarrow.compute as pc
 
 from actorflow.operators.elements import Record
 from actorflow.operators.errors import RecordError, SchemaError, describe_value
+from actorflow.operators.key_groups import (
+    DEFAULT_MAX_PARALLELISM, check_max_parallelism, index_of_key_group, key_group_of, stable_hash,
+)
 from actorflow.operators.windows.records import key_function
 
 from .arrow_rows import RowBatch, is_bare, table_to_rows
 
-__all__ = ["KeyRouter", "as_router", "stable_hash"]
-
-
-def _encode(key: Any, out: list[bytes]) -> None:
-    if key is None:
-        out.append(b"n;")
-    elif isinstance(key, int):  # bool too: True == 1 keys one window, so it must route alike
-        out.append(b"i%d;" % key)
-    elif isinstance(key, float):
-        if key.is_integer():
-            out.append(b"i%d;" % int(key))  # 2.0 == 2
-        else:
-            out.append(b"f" + repr(key).encode() + b";")
-    elif isinstance(key, str):
-        data = key.encode("utf-8", "surrogatepass")
-        out.append(b"s%d:" % len(data))
-        out.append(data)
-    elif isinstance(key, bytes):
-        out.append(b"y%d:" % len(key))
-        out.append(key)
-    elif isinstance(key, Decimal):
-        if key.is_finite() and key == key.to_integral_value():
-            out.append(b"i%d;" % int(key))
-        elif float(key) == key:  # Decimal("2.5") == 2.5
-            _encode(float(key), out)
-        else:
-            out.append(b"d" + str(key.normalize()).encode() + b";")
-    elif isinstance(key, (_dt.datetime, _dt.date, _dt.time)):
-        out.append(b"t" + key.isoformat().encode() + b";")
-    elif isinstance(key, _dt.timedelta):
-        out.append(b"D%d;" % (key // _dt.timedelta(microseconds=1)))
-    elif isinstance(key, tuple):
-        out.append(b"(%d:" % len(key))
-        for part in key:
-            _encode(part, out)
-        out.append(b")")
-    else:
-        try:
-            hash(key)
-        except TypeError:
-            raise TypeError(f"key {describe_value(key)} of type {type(key).__name__} is unhashable; a key must be hashable") from None
-        raise TypeError(
-            f"key {describe_value(key)} of type {type(key).__name__} has no stable encoding; a key must be None, bool, "
-            "int, float, str, bytes, Decimal, a date or time, or a tuple of them"
-        )
-
-
-def stable_hash(key: Any) -> int:
-    """A 32-bit hash of ``key`` that every process agrees on; ``TypeError`` for keys it cannot encode."""
-    out: list[bytes] = []
-    _encode(key, out)
-    return zlib.crc32(b"".join(out))
+__all__ = ["KeyRouter", "as_router", "stable_hash"]  # stable_hash: operators.key_groups's
 
 
 _KNOWN_KEYS = 1 << 16  # keys whose targets a router remembers, at most
@@ -93,9 +40,10 @@ _KNOWN_KEYS = 1 << 16  # keys whose targets a router remembers, at most
 class KeyRouter:
     """The key of a record (a column name, a tuple of them, or a function) and its target instance."""
 
-    def __init__(self, key_selector: Any, *, operator: str = "key_by") -> None:
+    def __init__(self, key_selector: Any, *, operator: str = "key_by", max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> None:
         self.key_selector = key_selector
         self.operator = operator
+        self.max_parallelism = check_max_parallelism(max_parallelism)
         self._select, self.fields = key_function(key_selector)
         # Each batch's distinct keys, mostly the same from batch to batch: their targets, by count
         # of targets. Equal keys hash alike (stable_hash), so a dict holds one entry for them.
@@ -120,8 +68,10 @@ class KeyRouter:
             ) from error
 
     def target_of_key(self, key: Any, num_targets: int, value: Any = None) -> int:
+        if num_targets > self.max_parallelism:
+            check_max_parallelism(self.max_parallelism, num_targets, what=f"{self.operator}'s next stage")
         try:
-            return stable_hash(key) % num_targets
+            return index_of_key_group(key_group_of(key, self.max_parallelism), self.max_parallelism, num_targets)
         except TypeError as error:
             raise RecordError(f"{error}, on record {describe_value(value)}", operator=self.operator, value=value) from None
 
@@ -172,12 +122,12 @@ class KeyRouter:
         return pa.array(targets, pa.int32())
 
     def __repr__(self) -> str:
-        return f"KeyRouter({self.key_selector!r})"
+        return f"KeyRouter({self.key_selector!r}, max_parallelism={self.max_parallelism})"
 
 
-def as_router(key: Any) -> KeyRouter | None:
-    """A ``KeyRouter`` for a key selector (or None)."""
+def as_router(key: Any, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> KeyRouter | None:
+    """A ``KeyRouter`` for a key selector (or None); a router stays as it is."""
     if key is None or isinstance(key, KeyRouter):
         return key
-    return KeyRouter(key)
+    return KeyRouter(key, max_parallelism=max_parallelism)
 

@@ -29,6 +29,21 @@ def instance_name(job: str, operator: str, index: int, parallelism: int, attempt
     return f"{job}/{task_name(operator, index, parallelism)}" + (f"@{attempt}" if attempt else "")
 
 
+def old_tasks(tasks: list[str], operator: str) -> list[str]:
+    """The tasks of ``operator`` among a checkpoint's ``tasks``, in index order.
+
+    >>> old_tasks(["window[1/2]", "source[0/1]", "window[0/2]"], "window")
+    ['window[0/2]', 'window[1/2]']
+    """
+    found = []
+    for task in tasks:
+        name, _, rest = task.rpartition("[")
+        if name == operator and rest.endswith("]") and "/" in rest:
+            index, _, parallelism = rest[:-1].partition("/")
+            found.append((int(parallelism), int(index), task))
+    return [task for _, _, task in sorted(found)]
+
+
 def task_name(operator: str, index: int, parallelism: int) -> str:
     """What names an instance's state in a checkpoint: the same in every attempt.
 

@@ -68,6 +68,11 @@ class Partitioner:
     def next_batch_target(self) -> int:
         return next(self._round_robin)
 
+    @property
+    def router(self) -> KeyRouter | None:
+        """The key's router, with hash partitioning."""
+        return self._router
+
     def split(self, batch: RowBatch) -> list[RowBatch]:
         """``batch`` cut into one batch per target by key (hash partitioning only)."""
         assert self._router is not None
@@ -234,6 +239,11 @@ class Outbox:
         for task in self._tasks:
             task.cancel()
 
+    @property
+    def channels(self) -> int:
+        """How many channels it sends on: the next stage's instances (or the one local sink)."""
+        return len(self._senders)
+
     def put(self, channel: int, item: ChannelItem) -> None:
         self._queues[channel].append(item)
         self._wakeups[channel].set()
@@ -309,6 +319,7 @@ class BatchingOutput:
         self._outbox = outbox
         self._pre_aggregate = pre_aggregate
         self._partitioner = partitioner
+        self.partitioner = partitioner
         self._batch_size = batch_size
         self._schema = schema
         self._tracker = SchemaTracker(hint)

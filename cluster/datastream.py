@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from typing import Any, Callable, Literal, Sequence, TypeVar
 
@@ -251,6 +252,7 @@ class DataStream:
         checkpoint_interval_ms: int | None = None, checkpoint_dir: str | None = None,
         resume_from: str | None = None, max_restarts: int = 20, restart_window_s: float = 60.0,
         checkpoint_timeout_ms: int = 60_000, checkpoint_filesystem: Any = None, overwrite: bool = False,
+        max_parallelism: int | None = None,
     ) -> JobResult:
         """Run the pipeline to the end of its input; the output stays in the object store.
 
@@ -263,12 +265,17 @@ class DataStream:
         afresh (not with ``resume_from``). A checkpoint not complete after
         ``checkpoint_timeout_ms`` is aborted.
 
+        ``max_parallelism`` (default 128) is the number of key groups of the job's keyed state:
+        the most instances a keyed stage may have, now or when a later run resumes at another
+        parallelism. It is written into every checkpoint, and a resume with another is refused.
+
         ``progress`` shows a bar from the call's start: its phase (``snapshot`` of a Spark input,
         ``deploy`` of the actors, ``run``, ``collect`` of the output), the input records done, and
         the rate since the start. It ends at 100 % when the call returns, or where the call failed.
         """
         self._check_ray()
-        result = run_job(self._graph, job_name=self.job_name, output_schema=output_schema, progress=progress,
+        graph = self._graph if max_parallelism is None else dataclasses.replace(self._graph, max_parallelism=max_parallelism)
+        result = run_job(graph, job_name=self.job_name, output_schema=output_schema, progress=progress,
                          side_tags=("dead_letter", *self._graph.side_tags),
                          checkpoint=CheckpointConfig(
                              checkpoint_interval_ms, checkpoint_dir, checkpoint_filesystem, timeout_ms=checkpoint_timeout_ms,

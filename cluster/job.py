@@ -22,6 +22,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
 
+from actorflow.actors.keys import KeyRouter
 from actorflow.actors.naming import instance_name, task_name, validate_job_name
 from actorflow.actors.operator_actor import ChainSpec, OperatorActor
 from actorflow.actors.service_counters import counters_of, remove_counters
@@ -114,6 +115,44 @@ def _actor_class(cls: type) -> Any:
     return ray.remote(cls)
 
 
+def near_driver() -> dict[str, Any]:
+    """Where a job's own actors go (its checkpoint coordinator, its services' quotas): on the
+    driver's node, as Flink's JobManager holds its coordination, so that the death of another
+    node takes only instances, which the job restores. Hard affinity: that node is alive while
+    the driver is, and Ray 2.x places a zero-CPU actor with *soft* affinity on any node."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"num_cpus": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)}
+
+
+def instance_placement(num_cpus: float, resources: dict[str, float] | None) -> dict[str, Any]:
+    """Where a job's operator and source instances go: spread over the nodes that have the
+    resources they ask for (Ray's ``SPREAD``), so that a node's death takes few of them."""
+    return {"num_cpus": num_cpus, "resources": dict(resources or {}), "scheduling_strategy": "SPREAD"}
+
+
+def check_room(job: str, actors: int, placement: dict[str, Any]) -> None:
+    """Refuse to deploy ``actors`` instances that each ask for ``placement``'s resources when
+    the cluster's live nodes cannot hold them all (after a node died, say), naming what each
+    asks for and what is left, instead of leaving Ray to wait for nodes that may never come."""
+    need = {"CPU": float(placement.get("num_cpus") or 0.0), **placement.get("resources", {})}
+    need = {name: float(amount) for name, amount in need.items() if amount}
+    if not need:
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    room = sum(min(int(n["Resources"].get(name, 0.0) // amount) for name, amount in need.items()) for n in nodes)
+    if room >= actors:
+        return
+    left = "; ".join(
+        f"{n['NodeManagerAddress']}: " + ", ".join(f"{name} {n['Resources'].get(name, 0.0):g}" for name in need)
+        for n in nodes) or "no live node"
+    raise ConfigurationError(
+        f"job {job!r} needs {actors} instances of {', '.join(f'{a:g} {r}' for r, a in need.items())} each, and the "
+        f"{len(nodes)} live node(s) of the cluster have room for {room} ({left}): add nodes with these resources, or "
+        "run the job with fewer instances or smaller ones")
+
+
 def _remote(cls: type, name: str, placement: dict[str, Any], **options: Any) -> Any:
     # The runtime environment sets the actors' processes apart from tasks' (see warm_workers).
     return _NamedActor(_actor_class(cls).options(
@@ -160,8 +199,7 @@ def start_service_quotas(graph: JobGraph, job: str, only: set[str] | None = None
             continue
         name = _quota_actor_name(job, service)
         handle = _actor_class(ServiceQuotaActor).options(
-            name=name, namespace=NAMESPACE, num_cpus=0, max_restarts=-1,
-            lifetime=None, runtime_env=ACTOR_RUNTIME_ENV,
+            name=name, namespace=NAMESPACE, max_restarts=-1, lifetime=None, runtime_env=ACTOR_RUNTIME_ENV, **near_driver(),
         )
         actor = _NamedActor(handle, name).remote(service, rates[0])
         quotas.update((n.name, actor) for n in nodes)
@@ -238,7 +276,7 @@ def run_job(
     config = checkpoint if checkpoint is not None and checkpoint.enabled else None
     started = time.perf_counter()
     end_top_ups()  # the last job's: this one takes what waits, and tops up as it ends
-    placement: dict[str, Any] = {"num_cpus": actor_num_cpus, "resources": dict(actor_resources or {})}
+    placement = instance_placement(actor_num_cpus, actor_resources)
     remove_counters(job)  # an earlier run's, which did not end
     quotas = start_service_quotas(graph, job)
     try:
@@ -265,9 +303,9 @@ def _run_recoverable(
     graph: JobGraph, job: str, config: CheckpointConfig, started: float, output_schema: pa.Schema | None,
     side_tags: tuple[str, ...], placement: dict[str, Any], quotas: dict[str, Any],
 ) -> JobResult:
-    checkpoints, first_id = _open_checkpoints(job, config)
-    coordinator = _remote(CheckpointCoordinator, instance_name(job, COORDINATOR, 0, 1), {"num_cpus": 0}).remote(
-        job, checkpoints, config, first_id)
+    checkpoints, first_id = _open_checkpoints(job, config, graph)
+    coordinator = _remote(CheckpointCoordinator, instance_name(job, COORDINATOR, 0, 1), near_driver()).remote(
+        job, checkpoints, config, first_id, checkpoint_metadata(graph))
     restarts: deque[float] = deque()
     recoveries_s: list[float] = []
     failures: list[str] = []
@@ -353,7 +391,31 @@ def _restore_point(job: str, coordinator: Any, attempt: int) -> int | None:
         ) from _cause(error)
 
 
-def _open_checkpoints(job: str, config: CheckpointConfig) -> tuple[JobCheckpoints, int]:
+def checkpoint_metadata(graph: JobGraph) -> dict[str, Any]:
+    """What a job's checkpoints record of it: its ``max_parallelism``."""
+    return {"max_parallelism": graph.max_parallelism}
+
+
+def check_key_groups(checkpoint: Any, graph: JobGraph) -> None:
+    """Refuse to restore ``checkpoint`` (a ``CompletedCheckpoint``) into ``graph`` if their key
+    groups differ: keyed state lives in the key groups it was written in, and a key's group
+    depends on ``max_parallelism``. A checkpoint that names none predates key groups (keys went
+    to ``hash % parallelism``): a keyed job cannot restore it."""
+    written = checkpoint.metadata.get("extra", {}).get("max_parallelism")
+    if written == graph.max_parallelism or (written is None and not graph.routes_by_key):
+        return
+    where = f"checkpoint {checkpoint.checkpoint_id} in {checkpoint.path}"
+    if written is None:
+        raise CheckpointError(
+            f"{where} was written before keyed state had key groups, and this job routes by key: its keys would "
+            "not find their state; finish that run with the release that wrote it, or start afresh")
+    raise CheckpointError(
+        f"{where} was written with max_parallelism={written}, and this job has max_parallelism="
+        f"{graph.max_parallelism}: a key's group, where its state lives, depends on it, so it cannot change "
+        f"between runs; resume with max_parallelism={written}")
+
+
+def _open_checkpoints(job: str, config: CheckpointConfig, graph: JobGraph) -> tuple[JobCheckpoints, int]:
     """The job's checkpoint storage, and the first checkpoint id of this run.
 
     ``resume_from`` keeps the job's directory, and carries on from its latest complete
@@ -381,8 +443,10 @@ def _open_checkpoints(job: str, config: CheckpointConfig) -> tuple[JobCheckpoint
             raise ConfigurationError(
                 f"resume_from={config.resume_from!r} holds the checkpoints of job {name!r}, not of {job!r}; "
                 f"pass job_name={name!r}")
-        if storage.latest() is None:
+        latest = storage.latest()
+        if latest is None:
             raise CheckpointError(f"resume_from={config.resume_from!r} holds no complete checkpoint of job {job!r}")
+        check_key_groups(latest, graph)
         storage.unmark_finished()
         ids = storage.checkpoint_ids(complete_only=False)
         return JobCheckpoints(storage), max(ids) + 1
@@ -501,6 +565,10 @@ class _Attempt:
         self.samples: list[tuple[float, int, int]] = []
         self._times: dict[str, float] = {}  # perf_counter() as each phase ended (see JobResult.phases_s)
 
+    def _router(self, key: Any) -> KeyRouter | None:
+        """The router of a stage's key, over the job's key groups."""
+        return None if key is None else KeyRouter(key, max_parallelism=self.graph.max_parallelism)
+
     def deploy(self) -> None:
         self._times["started"] = time.perf_counter()
         graph, job = self.graph, self.job
@@ -515,6 +583,7 @@ class _Attempt:
         # instance routes its split by key over the stage, and no source actors start.
         keyed_source = stages[0].partitioning is Partitioning.HASH and source.parallelism == stages[0].parallelism
         reads_source = chained_source or keyed_source
+        check_room(job, sum(s.parallelism for s in stages) + (0 if reads_source else source.parallelism), self.placement)
         # Create stages from the last to the first, so every actor knows its downstream. Actor
         # creation does not block: all the processes start at once.
         downstream: list[Any] | None = None
@@ -536,7 +605,7 @@ class _Attempt:
                     num_inputs=num_inputs,
                     operator_factories=[n.factory for n in stage.nodes],
                     partitioning=downstream_partitioning,
-                    key=None if position == len(stages) - 1 else stages[position + 1].key,
+                    key=None if position == len(stages) - 1 else self._router(stages[position + 1].key),
                     downstream_head=stages[position + 1].nodes[0].factory if downstream_partitioning is Partitioning.HASH else None,
                     output_schema=self.output_schema if position == len(stages) - 1 else None,
                     input_schema=source.schema,
@@ -547,6 +616,8 @@ class _Attempt:
                     side_index=(sum(s.parallelism for s in stages[:position]) + i
                                 if source.unbounded and self.checkpoints is not None else None),
                     service_quotas=[self.service_quotas.get(n.name) for n in stage.nodes] if self.service_quotas else None,
+                    input_key=self._router(stage.key) if stage.partitioning is Partitioning.HASH else None,
+                    max_parallelism=self.graph.max_parallelism,
                 )
                 try:
                     actor = _remote(OperatorActor, spec.instance_name, self.placement).remote(spec)
@@ -571,7 +642,7 @@ class _Attempt:
                 name = instance_name(job, source.name, i, source.parallelism, self.number)
                 handle = _remote(SourceActor, name, self.placement).remote(
                     job, source.name, i, source.parallelism,
-                    key=stages[0].key if stages[0].partitioning is Partitioning.HASH else None,
+                    key=self._router(stages[0].key) if stages[0].partitioning is Partitioning.HASH else None,
                     head=stages[0].nodes[0].factory if stages[0].partitioning is Partitioning.HASH else None,
                     checkpoints=self.checkpoints, coordinator=self.coordinator, attempt=self.number,
                     restore=self.restore)
@@ -587,7 +658,8 @@ class _Attempt:
         if not source.unbounded:
             progress.set_total(source.total_rows)
         connects = [
-            actor.connect.remote(targets, _reader(source, splits[i], i), first, stages[0].key) if reads and keyed_source
+            actor.connect.remote(targets, _reader(source, splits[i], i), first, self._router(stages[0].key))
+            if reads and keyed_source
             else actor.connect.remote(targets, _reader(source, splits[i], i) if reads else None)
             for actor, targets, reads, i in wiring
         ]
@@ -638,7 +710,7 @@ class _Attempt:
         side = {tag: [v for values in ray.get(refs) for v in values] for tag, refs in side_refs.items()}
         finished = None
         if output is not None:  # a checkpointed job: the committed output, read from storage
-            tables = [ray.put(t) for t in (output.read(i) for i in range(len(last)))]
+            tables = [ray.put(t) for t in (output.read(i) for i in range(output.instances(len(last))))]
             schemas = [t.schema if t is not None else None for t in ray.get(tables)]
         else:
             schemas = ray.get(schema_refs)

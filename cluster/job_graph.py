@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from actorflow.operators.channel_items import Partitioning
 from actorflow.operators.errors import ConfigurationError
+from actorflow.operators.key_groups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from actorflow.operators.operator import StreamOperator
 
 __all__ = ["JobGraph", "OperatorNode", "SourceNode", "Stage"]
@@ -133,6 +134,9 @@ class Stage:
 class JobGraph:
     source: SourceNode
     nodes: list[OperatorNode] = field(default_factory=list)
+    #: The key groups of its keyed state (``operators.key_groups``): the most instances a keyed
+    #: stage can have, now or when the job resumes at another parallelism.
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM
 
     def with_node(self, node: OperatorNode) -> "JobGraph":
         names = {n.name for n in self.nodes}
@@ -141,7 +145,7 @@ class JobGraph:
             while f"{base}_{i}" in names:
                 i += 1
             node.name = f"{base}_{i}"
-        return JobGraph(self.source, [*self.nodes, node])
+        return JobGraph(self.source, [*self.nodes, node], self.max_parallelism)
 
     @property
     def side_tags(self) -> tuple[str, ...]:
@@ -162,9 +166,14 @@ class JobGraph:
         return self.source.split(interleave=self.routes_by_key)
 
     def stages(self) -> list[Stage]:
-        """Fuse nodes into stages; the first stage reads the source with forward channels."""
+        """Fuse nodes into stages; the first stage reads the source with forward channels.
+        A keyed stage with more instances than ``max_parallelism`` is refused, naming both."""
         if not self.nodes:
             raise ConfigurationError("a job needs at least one operator between source and sink, got none")
+        check_max_parallelism(self.max_parallelism)
+        for node in self.nodes:
+            if node.partitioning is Partitioning.HASH:
+                check_max_parallelism(self.max_parallelism, node.parallelism, what=f"keyed operator {node.name!r}")
         stages: list[Stage] = []
         upstream_parallelism = self.source.parallelism
         for node in self.nodes:

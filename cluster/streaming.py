@@ -60,8 +60,9 @@ from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCo
 from .checkpoints.sink import TwoPhaseOutput
 from .checkpoints.storage import CheckpointStorage
 from .job import (
-    _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, default_checkpoint_directory,
-    end_service_quotas, revive_service_quotas, start_service_quotas,
+    _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, check_key_groups,
+    checkpoint_metadata, default_checkpoint_directory, end_service_quotas, instance_placement, near_driver,
+    revive_service_quotas, start_service_quotas,
 )
 from .job_graph import JobGraph, SourceNode
 
@@ -142,7 +143,7 @@ class StreamingJob:
                                        timeout_ms=checkpoint_timeout_ms, retain=retain, max_restarts=max_restarts,
                                        restart_window_s=restart_window_s)
         self.output_schema = output_schema
-        self.placement: dict[str, Any] = {"num_cpus": 0.0, "resources": dict(actor_resources or {})}
+        self.placement: dict[str, Any] = instance_placement(0.0, actor_resources)
         self.epoch: int | None = None  # the last epoch in a complete checkpoint
         self.failure: BaseException | None = None
         self.restarts = 0
@@ -187,12 +188,14 @@ class StreamingJob:
             if latest is None:
                 storage.clear()
             else:
+                check_key_groups(latest, self.graph)
                 storage.unmark_finished()
             self._number = 0 if earlier is None else earlier + 1
             storage.note_attempt(self._number)
             self._checkpoints = JobCheckpoints(storage)
             self._coordinator = _remote(CheckpointCoordinator, instance_name(self.job, COORDINATOR, 0, 1),
-                                        {"num_cpus": 0}).remote(self.job, self._checkpoints, self.config, first_id)
+                                        near_driver()).remote(self.job, self._checkpoints, self.config, first_id,
+                                                                  checkpoint_metadata(self.graph))
             self._quotas = start_service_quotas(self.graph, self.job)
             restore = _restore_point(self.job, self._coordinator, self._number)
             self.resumed_from = restore

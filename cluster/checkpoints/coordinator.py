@@ -142,6 +142,10 @@ class JobCheckpoints:
     def read_state(self, checkpoint_id: int, task: str) -> bytes:
         return self.storage.get(checkpoint_id).read(task)
 
+    def tasks(self, checkpoint_id: int) -> list[str]:
+        """The tasks whose states checkpoint ``checkpoint_id`` holds."""
+        return self.storage.get(checkpoint_id).tasks
+
     def stage(self, instance: int, epoch: int, table: pa.Table | None) -> int:
         return self.output.stage(instance, epoch, table, self.attempt)
 
@@ -163,8 +167,12 @@ def _gauge(name: str, description: str) -> Any:
 class CheckpointCoordinator:
     """``ray.remote`` is applied at the edge (``cluster.job``)."""
 
-    def __init__(self, job: str, checkpoints: JobCheckpoints, config: CheckpointConfig, first_id: int) -> None:
+    def __init__(self, job: str, checkpoints: JobCheckpoints, config: CheckpointConfig, first_id: int,
+                 metadata: dict[str, Any] | None = None) -> None:
+        """``metadata``: what every checkpoint's metadata holds besides its own (the job's
+        ``max_parallelism``)."""
         self.job = job
+        self._metadata = dict(metadata or {})
         self.checkpoints = checkpoints
         self.storage = checkpoints.storage
         self.config = config
@@ -257,7 +265,7 @@ class CheckpointCoordinator:
             if current is not None and current != attempt:  # a newer driver took the job over
                 await self._abort_pending(f"attempt {current} of the job runs now, from another driver")
                 return
-            await asyncio.to_thread(pending.complete, {**self._extra, "attempt": attempt})
+            await asyncio.to_thread(pending.complete, {**self._metadata, **self._extra, "attempt": attempt})
             await asyncio.to_thread(self.checkpoints.output.commit, checkpoint_id, attempt)
             self._pending = None
             duration_s = time.monotonic() - self._started

@@ -163,6 +163,14 @@ class TwoPhaseOutput:
         """The epochs of side output ``tag`` (a streaming job's), by instance of the whole job."""
         return TwoPhaseOutput(self.storage, tag)
 
+    def instances(self, at_least: int = 0) -> int:
+        """How many last-stage instances the output is kept for: ``at_least``, or more where an
+        earlier run of the job, at a larger parallelism, committed output of its own."""
+        selector = pafs.FileSelector(self.directory, allow_not_found=True)
+        numbers = [int(i.base_name) for i in self.filesystem.get_file_info(selector)
+                   if i.type == pafs.FileType.Directory and i.base_name.isdigit()]
+        return max([at_least, *(n + 1 for n in numbers)])
+
     def _instance_dir(self, instance: int) -> str:
         return f"{self.directory}/{instance:05d}"
 

@@ -47,7 +47,7 @@ def _failed_run(job: str, directory: str) -> None:
 
 def test_a_fresh_run_refuses_to_delete_the_checkpoints_of_a_run_that_failed(ray_session, tmp_path):
     _failed_run("crashed", str(tmp_path))
-    left = sorted(p.parent.name for p in (tmp_path / "crashed").glob("chk-*/_metadata"))
+    left = sorted((p.parent.name for p in (tmp_path / "crashed").glob("chk-*/_metadata")), key=lambda n: int(n[4:]))
     assert left, "the failed run left no complete checkpoint"
 
     with pytest.raises(CheckpointError) as refused:
@@ -59,7 +59,7 @@ def test_a_fresh_run_refuses_to_delete_the_checkpoints_of_a_run_that_failed(ray_
         f"job 'crashed' has the checkpoints of an earlier run that did not finish in {where!r} (the latest complete "
         f"one: {left[-1]}); go on from it with resume_from={where!r}, or delete them and start afresh with "
         "overwrite=True")
-    assert sorted(p.parent.name for p in (tmp_path / "crashed").glob("chk-*/_metadata")) == left
+    assert sorted((p.parent.name for p in (tmp_path / "crashed").glob("chk-*/_metadata")), key=lambda n: int(n[4:])) == left
     # The hint works as given.
     resumed = _stream(None).execute(progress=False, resume_from=where)
     assert sorted(resumed.to_arrow().column("user").to_pylist()) == list(range(N))

@@ -54,6 +54,11 @@ def test_the_checkpoints_page_recovers_resumes_and_survives_chaos_exactly_once(r
     broken = quantities[:-1] + [0]
     assert rows(ns["invoices"]) == sorted((i, q, unit_price(q)) for i, q in enumerate(broken))
     assert ns["resumed"].job == "invoices"
+    # Resumed at another parallelism: every user's window counted once, its count whole.
+    counts = ns["counts"]
+    want = Counter((i % 50, (i * 10) // 5_000 * 5_000) for i in range(24_000))
+    assert Counter({(r["user"], r["window_start"]): r["count"] for r in counts.to_pylist()}) == want
+    assert counts.num_rows == len(want)
     # Under chaos: actors were killed, each kill cost one restart, and the output is still exact.
     report, monkey, chaotic = ns["report"], ns["monkey"], ns["chaotic"]
     assert len(monkey.kills) >= 1 and chaotic.restarts == len(monkey.kills)

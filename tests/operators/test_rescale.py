@@ -1,0 +1,156 @@
+"""Rescaling keyed state: a run cut anywhere at parallelism p, its instances' states dealt by key
+group to p' new instances, and the rest fed to those, gives the output of an uninterrupted run."""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actorflow.operators import OperatorHarness, Record, Watermark, async_wait
+from actorflow.operators.errors import StateFormatError
+from actorflow.operators.key_groups import index_of_key_group, key_group_of, key_group_range
+from actorflow.operators.rescale import rescale_states
+from actorflow.operators.state import versioned
+from actorflow.operators.windows import TumblingEventTimeWindows, Count, WindowOperator
+
+from .scripted import Scripted
+from .windows.test_window_snapshot import FACTORIES, streams
+from .windows.transcript import compact, record
+from tests.properties import examples
+
+MAX_P = 16
+
+
+def _owner(key, parallelism):
+    return index_of_key_group(key_group_of(key, MAX_P), MAX_P, parallelism)
+
+
+def _feed_keyed(harnesses, steps):
+    for step in steps:
+        if step.startswith("wm "):
+            for h in harnesses:
+                h.process_watermark(int(step[3:]))
+        elif step.startswith("pt "):
+            for h in harnesses:
+                h.set_processing_time(int(step[3:]))
+        else:
+            value, ts = record(step)
+            harnesses[_owner(value["k"], len(harnesses))].process_element(value, ts)
+
+
+def _records(harnesses):
+    """Every window row emitted, as a multiset (instances interleave freely), and the side outputs."""
+    rows = Counter(line for h in harnesses for line in compact(h.output) if not line.startswith("wm "))
+    sides = Counter((tag, repr(v)) for h in harnesses for tag, values in h.side_outputs.items() for v in values)
+    return rows, sides
+
+
+def _rescaled_run(factory, steps, cut, before, after):
+    first = [OperatorHarness(factory()) for _ in range(before)]
+    _feed_keyed(first, steps[:cut])
+    old = [pickle.loads(h.snapshot()).chain[0] for h in first]
+    now = max(h.clock.now_ms() for h in first)
+    second = []
+    for state in rescale_states(old, after, MAX_P):
+        h = OperatorHarness(factory(), start_ms=now)
+        h.restore(pickle.dumps([state]))
+        h.open()
+        second.append(h)
+    _feed_keyed(second, steps[cut:])
+    return _records(first + second)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(factory=st.sampled_from(FACTORIES), steps=streams(), data=st.data())
+def test_windows_cut_anywhere_and_resumed_at_any_parallelism_give_the_uninterrupted_output(factory, steps, data):
+    before, after = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
+    cut = data.draw(st.integers(0, len(steps)))
+    uninterrupted = OperatorHarness(factory())
+    _feed_keyed([uninterrupted], steps)
+    assert _rescaled_run(factory, steps, cut, before, after) == _records([uninterrupted])
+
+
+@pytest.mark.parametrize("before, after", [(2, 3), (3, 1), (1, 4)])
+def test_each_key_s_window_moves_whole_to_the_instance_that_owns_its_key_group(before, after):
+    keys = [f"user{i}" for i in range(40)]
+    first = [OperatorHarness(WindowOperator("k", TumblingEventTimeWindows(100), aggregate=Count())) for _ in range(before)]
+    _feed_keyed(first, [f"{k}:1@{t}" for t in (1, 2) for k in keys] + ["wm 50"])
+    states = rescale_states([pickle.loads(h.snapshot()).chain[0] for h in first], after, MAX_P)
+    for index, state in enumerate(states):
+        owned = key_group_range(index, MAX_P, after)
+        assert {key_group_of(k, MAX_P) for k, *_ in state["contents"]} <= set(owned)
+        assert state["watermark"] == 50
+    contents = sorted(entry for state in states for entry in state["contents"])
+    assert contents == sorted((k, ("time", 0, 100), "value", 2) for k in keys)  # each key once, its count whole
+    assert sum(len(s["timers"]["event"]) for s in states) == len(keys)
+
+
+# ------------------------------------------------------------------------------ async_wait
+
+
+def _async(mode):
+    fn = Scripted()
+    return fn, OperatorHarness(async_wait(fn, mode=mode, capacity=100, timeout_ms=60_000))
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(data=st.data(), mode=st.sampled_from(["ordered", "unordered"]), keyed=st.booleans())
+def test_records_in_flight_move_to_their_key_s_new_owner_and_never_cross_a_watermark(data, mode, keyed):
+    before, after = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    olds = [_async(mode) for _ in range(before)]
+    watermark, n = 0, data.draw(st.integers(1, 30))
+    for i in range(n):
+        if data.draw(st.booleans()):
+            watermark += data.draw(st.integers(1, 5))
+            for _, h in olds:
+                h.process_watermark(watermark)
+        value = (f"k{data.draw(st.integers(0, 5))}", i)
+        ts = watermark + data.draw(st.integers(1, 5))  # never behind the watermark
+        fn, h = olds[_owner(value[0], before) if keyed else i % before]
+        h.process_element(value, ts)
+        if data.draw(st.booleans()) and fn.in_flight():
+            flying = fn.in_flight()
+            fn.complete(flying[data.draw(st.integers(0, len(flying) - 1))])
+            h.run_until_idle()
+    old_states = [pickle.loads(h.snapshot()).chain[0] for _, h in olds]
+    key_of = (lambda v: v[0]) if keyed else None
+    news = []
+    for state in rescale_states(old_states, after, MAX_P, key_of):
+        fn, h = _async(mode)
+        h.restore(pickle.dumps([state]))
+        h.open()
+        news.append((fn, h))
+        for v in state["items"]:
+            if keyed and v[0] == "record":
+                assert _owner(v[1][0], after) == len(news) - 1
+    for fn, h in news:
+        while fn.in_flight():
+            for v in list(fn.in_flight()):
+                fn.complete(v)
+            h.run_until_idle()
+    emitted = [e.value[1] for _, h in olds + news for e in h.output if isinstance(e, Record)]
+    assert sorted(emitted) == list(range(n))  # each record once
+    for _, h in olds + news:
+        seen = -1
+        for e in h.output:
+            if isinstance(e, Watermark):
+                seen = max(seen, e.timestamp_ms)
+            else:
+                assert e.timestamp_ms > seen, (e, seen)  # no record came out behind a watermark it preceded
+    if mode == "ordered" and keyed:  # a key's records stay in input order on its one new owner
+        for _, h in news:
+            by_key: dict[str, list[int]] = {}
+            for e in h.output:
+                if isinstance(e, Record):
+                    by_key.setdefault(e.value[0], []).append(e.value[1])
+            assert all(ids == sorted(ids) for ids in by_key.values())
+
+
+def test_a_state_that_cannot_rescale_is_refused_naming_its_kind():
+    with pytest.raises(StateFormatError, match="'async_batch' cannot resume at another parallelism"):
+        rescale_states([versioned("async_batch", {"items": [], "batches": [], "sequence": 0})], 2, MAX_P)
+    assert rescale_states([None, None], 3, MAX_P) == [None, None, None]
