@@ -419,11 +419,13 @@ def _duration_s(text: str) -> float:
 @click.option("--moment", type=click.Choice(sorted(__import__("actorflow.cluster.chaos", fromlist=["MOMENTS"]).MOMENTS)),
               default=None, help="kill at this moment inside the actor instead of at once")
 @click.option("--operator", default=None, help="kill only instances of this operator")
+@click.option("--kill-node", "kill_node", is_flag=True,
+              help="kill whole worker nodes (their raylet, actors and objects) instead of single actors")
 @click.option("--key", "keys", multiple=True, help="key column(s) to compare by (default: the first column)")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--address", default=None, help="an existing Ray cluster (host:port or 'auto'); default: a local Ray")
 def chaos(target: str, kills: int, every: str, first: str | None, interval: str, moment: str | None,
-          operator: str | None, keys: tuple[str, ...], seed: int, address: str | None) -> None:
+          operator: str | None, kill_node: bool, keys: tuple[str, ...], seed: int, address: str | None) -> None:
     """Run MODULE:PIPELINE once without failures, then again while killing its actors; report
     what the second run lost, duplicated or made up. Exit code 1 unless the output is exact."""
     import json
@@ -438,6 +440,9 @@ def chaos(target: str, kills: int, every: str, first: str | None, interval: str,
     interval_ms = max(10, int(_duration_s(interval) * 1000))
     found = _find_pipeline(target)
     _connect(address)
+    if kill_node and len([n for n in ray.nodes() if n["Alive"]]) < 2:
+        raise _Usage("--kill-node kills worker nodes, never the driver's: it needs a Ray cluster of two nodes or more "
+                     "(--address), and this one has one")
     stream = _as_stream(target, found)
     if stream.job_name is None:
         stream.job_name = f"chaos-{os.getpid()}"
@@ -448,12 +453,12 @@ def chaos(target: str, kills: int, every: str, first: str | None, interval: str,
         expected = stream.execute(progress=False).to_arrow()
         reference_s = time.perf_counter() - started
         click.echo(f"  {expected.num_rows:,} rows in {reference_s:.1f} s")
-        click.echo(f"{target}: a run under chaos: up to {kills} kills, every {every_s:g} s, "
+        click.echo(f"{target}: a run under chaos: up to {kills} {'node ' if kill_node else ''}kills, every {every_s:g} s, "
                    f"checkpoints every {interval_ms} ms" + (f", at the moment {moment!r}" if moment else "") + " ...")
         with tempfile.TemporaryDirectory(prefix="actorflow-chaos-") as directory:
             started = time.perf_counter()
             with ChaosMonkey(job, every_s=every_s, max_kills=kills, operator=operator, moment=moment, seed=seed,
-                             first_after_s=first_s) as monkey:
+                             first_after_s=first_s, nodes=kill_node) as monkey:
                 result = stream.execute(progress=False, checkpoint_interval_ms=interval_ms, checkpoint_dir=directory,
                                         max_restarts=max(20, 2 * kills))
             chaos_s = time.perf_counter() - started
@@ -463,6 +468,7 @@ def chaos(target: str, kills: int, every: str, first: str | None, interval: str,
     key = list(keys) or [expected.column_names[0]]
     report = compare_outputs(expected, actual, key)
     report.kills, report.restarts, report.recoveries_s = monkey.kills, result.restarts, result.recoveries_s
+    report.node_kills = monkey.node_kills
     report.failures = result.failures = monkey.explain(result.failures)
     # Ray prints its processes' log lines (a raylet's warnings) from a thread of its own, at any
     # time while connected: disconnect first, so that the report, and its JSON line last, is whole.

@@ -6,7 +6,7 @@
 >>> h.output_values()
 ['A']
 
-The chaos helpers (``ChaosMonkey``, ``compare_outputs``, ``kill_actor``) need Ray and load on first use.
+The chaos helpers (``ChaosMonkey``, ``compare_outputs``, ``kill_actor``, ``kill_node``) need Ray and load on first use.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .operators.async_wait_operator import async_wait
 from .operators.harness import OperatorHarness
 from .operators.operator import FilterOperator, FlatMapOperator, MapOperator
 
-_CHAOS = ("ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor")
+_CHAOS = ("ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor", "kill_node")
 
 __all__ = [
     "CheckpointBarrier", "FilterOperator", "FlatMapOperator", "ManualClock", "MapOperator", "OperatorHarness", "Record",
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .cluster.chaos import ChaosMonkey, ChaosReport, compare_outputs, kill_actor
+    from .cluster.chaos import ChaosMonkey, ChaosReport, compare_outputs, kill_actor, kill_node
 
 
 def __getattr__(name: str) -> Any:

@@ -30,6 +30,7 @@ import asyncio
 import functools
 import gc
 import os
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -57,8 +58,20 @@ from .store_pages import process_pages
 from .upstream.cpython import relax_collector
 from .upstream.ray import bind_private_methods, current_runtime_env, quiet_arrow_fallback
 
-__all__ = ["ChainSpec", "OperatorActor"]
+__all__ = ["ChainSpec", "OperatorActor", "end_node"]
 
+
+
+def end_node() -> None:
+    """Kill the node this process runs on, as a machine's death would: its raylet, which every
+    worker process of the node and its object store end with (the chaos tool's node kill)."""
+    raylet = os.getppid()
+    with open(f"/proc/{raylet}/cmdline", "rb") as f:
+        command = f.read()
+    if b"raylet" not in command:
+        raise RuntimeError(f"this worker's parent (pid {raylet}) is not a raylet: {command[:200]!r}")
+    os.kill(raylet, signal.SIGKILL)
+    os._exit(1)  # and this worker with it, as every worker of the node ends
 
 class OperatorActor:
     """Hosts an operator chain; ``ray.remote`` is applied at the edge (``cluster``)."""
@@ -86,6 +99,7 @@ class OperatorActor:
         self._checkpoints = InstanceCheckpoints(spec)
         self._figures = InstanceFigures(self.name, spec.attempt, self._chain, self._task, self._gate, self._clock)
         self._armed: str | None = None  # a chaos moment at which this process ends
+        self._armed_node = False  # and its node with it
         # A full collection takes about 40 ms with Ray, pyarrow and pandas loaded: here it runs
         # while the driver prepares the input, not on the job's critical path in start(). In a
         # prepared worker (cluster.warm_workers) what the imports built is frozen already, and
@@ -150,7 +164,7 @@ class OperatorActor:
         restored = self._restored
         self._chain.initialize_state(None if restored is None else restored["chain"])
         if restored is not None:
-            self._side_outputs = InstanceCheckpoints.restore(restored, self._task, self._outbox)
+            self._side_outputs = InstanceCheckpoints.restore(restored, self._task, self._outbox, self._output)
         self._chain.open()
         self._chain_open = True  # the operators' metrics and queues exist from here
         self._figures.started(self.processor, self._outbox, self._output, self._reader)
@@ -271,12 +285,14 @@ class OperatorActor:
         """Snapshots this instance wrote and acknowledged."""
         return self._checkpoints.done
 
-    async def arm_chaos(self, moment: str) -> bool:
-        """End this actor's process when it reaches ``moment`` (see ``cluster.chaos.MOMENTS``);
-        False if it never can (no async operator, no window, no checkpoints)."""
+    async def arm_chaos(self, moment: str, node: bool = False) -> bool:
+        """End this actor's process when it reaches ``moment`` (see ``cluster.chaos.MOMENTS``),
+        or with ``node`` its whole node (``end_node``); False if it never can (no async operator,
+        no window, no checkpoints)."""
         if moment not in chaos_moments(self._chain, checkpointed=self.spec.checkpoints is not None):
             return False
         self._armed = moment
+        self._armed_node = node
         self._task.watch_fault_points = True
         if self._chain_open:  # else the contexts, made at start(), arm the operators
             for op in self._chain.operators:
@@ -285,6 +301,8 @@ class OperatorActor:
 
     def _chaos_point(self, moment: str) -> None:
         if self._armed == moment:
+            if self._armed_node:
+                end_node()
             os._exit(1)  # a crash, as the chaos tool asked: no clean-up, no goodbye
 
     async def notify_checkpoint_complete(self, checkpoint_id: int) -> None:

@@ -7,6 +7,9 @@
 {'lost': 0, 'duplicated': 0, 'unexpected': 0, ...}
 
 - ``kill_actor(job, operator)`` kills one operator instance of a running job, now.
+- ``kill_node(job)`` kills a whole worker node that holds instances of the job, now: its raylet,
+  and with it every actor and object on the node. Never the node of the driver, where the job's
+  coordinator runs, nor the cluster's head node.
 - ``ChaosMonkey`` kills a random instance every ``every_s`` seconds, at most ``max_kills`` times,
   from a thread of its own; ``moment=`` has each kill happen at a named point inside the actor
   instead (``MOMENTS``): the actor is armed and ends its own process when it gets there.
@@ -33,12 +36,15 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayActorError
 
+from actorflow.actors.operator_actor import end_node
 from actorflow.actors.service_quota import SERVICE_PREFIX
 from actorflow.operators.errors import ConfigurationError
 
 from .checkpoints.coordinator import COORDINATOR
 
-__all__ = ["MOMENTS", "ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor", "kill_driver_at", "live_instances"]
+__all__ = [
+    "MOMENTS", "ChaosMonkey", "ChaosReport", "compare_outputs", "kill_actor", "kill_driver_at", "kill_node", "live_instances",
+]
 
 NAMESPACE = "actorflow"
 
@@ -99,6 +105,67 @@ def _kill(job: str, operator: str | None, rng: random.Random, pids: dict[int, st
     return name, pid
 
 
+def kill_node(job: str, *, rng: random.Random | None = None) -> str | None:
+    """Kill a worker node that holds instances of ``job``'s newest attempt; returns its
+    description (``"node 10.0.0.5 (3fa2c1...): clicks/enrich[0/2], clicks/window[1/2]"``), or
+    None if no instance lives on a node other than the driver's and the head node.
+
+    The node's raylet is killed (``SIGKILL``) by a task placed on that node: every worker process
+    there ends with it, and its object store goes too, as when a machine dies. Ray marks the node
+    dead once its health checks fail."""
+    killed = _kill_node(job, rng or random.Random(), None)
+    return killed[0] if killed else None
+
+
+def _node_of(_actor: Any) -> tuple[str, int]:
+    return ray.get_runtime_context().get_node_id(), os.getpid()
+
+
+def _on_killable_nodes(job: str) -> dict[str, list[tuple[str, int]]]:
+    """The live instances of ``job``'s newest attempt by the node they run on, with their
+    process ids: the nodes a node kill may take."""
+    names = _newest_attempt(live_instances(job))
+    # Not the driver's node, whose death would end the job's driver and coordinator, nor the
+    # head node, whose death ends the cluster (its GCS).
+    spared = {ray.get_runtime_context().get_node_id(),
+              *(n["NodeID"] for n in ray.nodes() if "node:__internal_head__" in n.get("Resources", {}))}
+    on: dict[str, list[tuple[str, int]]] = {}
+    for name in names:
+        try:
+            node, pid = ray.get(ray.get_actor(name, namespace=NAMESPACE).__ray_call__.remote(_node_of), timeout=10)
+        except Exception:  # noqa: BLE001 - gone or slow: not a victim this time
+            continue
+        if node not in spared:
+            on.setdefault(node, []).append((name, pid))
+    return on
+
+
+def _describe_node(node: str) -> str:
+    address = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node), "?")
+    return f"node {address} ({node[:8]})"
+
+
+def _kill_node(job: str, rng: random.Random, pids: dict[int, str] | None) -> tuple[str, list[str]] | None:
+    on = _on_killable_nodes(job)
+    if not on:
+        return None
+    node = rng.choice(sorted(on))
+    victims = sorted(on[node])
+    if pids is not None:
+        pids.update({pid: name for name, pid in victims})
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    killer = ray.remote(end_node).options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), max_retries=0)
+    try:
+        ray.get(killer.remote(), timeout=30)
+    except ray.exceptions.RayTaskError:
+        raise  # it ran and raised: its parent was no raylet, and nothing was killed
+    except Exception:  # noqa: BLE001 - its worker ended with the raylet: the kill took
+        pass
+    return f"{_describe_node(node)}: {', '.join(name for name, _ in victims)}", [name for name, _ in victims]
+
+
 def _own_pid(_actor: Any) -> int:
     return os.getpid()
 
@@ -132,6 +199,7 @@ class ChaosReport:
     expected_rows: int
     actual_rows: int
     kills: list[tuple[float, str]] = field(default_factory=list)  # (seconds into the run, actor)
+    node_kills: list[tuple[float, str, list[str]]] = field(default_factory=list)  # (seconds, node, its instances)
     restarts: int = 0
     recoveries_s: list[float] = field(default_factory=list)
     examples: dict[str, list[Any]] = field(default_factory=dict)  # a few keys of each kind
@@ -145,7 +213,7 @@ class ChaosReport:
         return {
             "lost": self.lost, "duplicated": self.duplicated, "unexpected": self.unexpected,
             "expected_rows": self.expected_rows, "actual_rows": self.actual_rows,
-            "kills": len(self.kills), "restarts": self.restarts,
+            "kills": len(self.kills) - len(self.node_kills), "node_kills": len(self.node_kills), "restarts": self.restarts,
             "recovery_s": [round(r, 3) for r in self.recoveries_s],
         }
 
@@ -154,10 +222,16 @@ class ChaosReport:
             f"rows: {self.actual_rows:,} out, {self.expected_rows:,} expected",
             f"lost {self.lost}, duplicated {self.duplicated}, unexpected {self.unexpected}"
             + ("  (exact)" if self.exact else ""),
-            f"kills {len(self.kills)}, restarts {self.restarts}",
+            f"kills {len(self.kills) - len(self.node_kills)} actors and {len(self.node_kills)} nodes, "
+            f"restarts {self.restarts}",
         ]
+        by_node = {names[0]: (node, names) for _, node, names in self.node_kills}
         for at, name in self.kills:
-            out.append(f"  killed {name} at {at:.1f} s")
+            if name in by_node:
+                node, names = by_node[name]
+                out.append(f"  killed {node} at {at:.1f} s, and with it {', '.join(names)}")
+            else:
+                out.append(f"  killed {name} at {at:.1f} s")
         for i, failure in enumerate(self.failures, 1):
             out.append(f"  restart {i}: {failure}")
         for i, seconds in enumerate(self.recoveries_s, 1):
@@ -224,6 +298,9 @@ class ChaosMonkey:
     The first kill comes ``first_after_s`` after the start (default ``every_s``). ``operator``
     limits the kills to instances whose name holds it. With ``moment``, each kill arms a live
     instance to end its process at that moment (see ``MOMENTS``) instead of killing it at once.
+    With ``nodes``, each kill takes a whole worker node that holds instances (``kill_node``; with
+    ``moment``, an instance there kills its node at that moment): ``node_kills`` lists them, and
+    each costs the job one restart, as an actor's kill does.
 
     A kill that fails (the cluster does not answer, say) is logged as a warning with its cause the
     first time that cause appears, counted in ``failed_strikes``, and tried again; the run goes on.
@@ -233,19 +310,23 @@ class ChaosMonkey:
 
     def __init__(
         self, job: str, *, every_s: float, max_kills: int, operator: str | None = None, moment: str | None = None,
-        seed: int = 0, first_after_s: float | None = None,
+        seed: int = 0, first_after_s: float | None = None, nodes: bool = False,
     ) -> None:
         if every_s <= 0 or max_kills < 0:
             raise ConfigurationError(f"every_s must be > 0 and max_kills >= 0, got {every_s!r} and {max_kills!r}")
+        if nodes and operator is not None:
+            raise ConfigurationError("nodes=True kills whole nodes, whatever runs there: it takes no operator")
         if moment is not None and moment not in MOMENTS:
             raise ConfigurationError(f"moment must be one of {sorted(MOMENTS)}, got {moment!r}")
         self.job, self.every_s, self.max_kills = job, every_s, max_kills
-        self.operator, self.moment = operator, moment
+        self.operator, self.moment, self.nodes = operator, moment, nodes
         self.first_after_s = every_s if first_after_s is None else first_after_s
         self._rng = random.Random(seed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"chaos-{job}", daemon=True)
-        self.kills: list[tuple[float, str]] = []
+        self.kills: list[tuple[float, str]] = []  # (seconds into the run, instance): one per restart
+        #: (seconds into the run, the node, the instances on it): with ``nodes``, one per kill
+        self.node_kills: list[tuple[float, str, list[str]]] = []
         self.killed_pids: dict[int, str] = {}  # process id -> instance, for the console's death notices
         self.failed_strikes: Counter[str] = Counter()  # cause -> how many kills failed with it
         self.error: BaseException | None = None
@@ -274,6 +355,9 @@ class ChaosMonkey:
     def how(self, name: str) -> str | None:
         """How this monkey killed the instance ``name``: ``"at 3.1 s, at the moment 'snapshot'"``;
         None if it did not."""
+        for at, node, names in self.node_kills:
+            if name in names:
+                return f"with its {node}, at {at:.1f} s"
         for at, killed in self.kills:
             if killed == name:
                 return f"at {at:.1f} s" + (f", at the moment {self.moment!r}" if self.moment else "")
@@ -349,6 +433,15 @@ class ChaosMonkey:
                     pass
 
     def _strike(self) -> str | None:
+        if self.nodes and self.moment is not None:
+            return self._strike_node_at_moment()
+        if self.nodes:
+            killed_node = _kill_node(self.job, self._rng, self.killed_pids)
+            if killed_node is None:
+                return None
+            description, names = killed_node
+            self.node_kills.append((time.monotonic() - self._started, description.partition(":")[0], names))
+            return names[0]
         if self.moment is None:
             killed = _kill(self.job, self.operator, self._rng, self.killed_pids)
             return killed[0] if killed else None
@@ -371,6 +464,34 @@ class ChaosMonkey:
         deadline = time.monotonic() + max(self.every_s, 30.0)
         while time.monotonic() < deadline and not self._stop.is_set():
             if name not in live_instances(self.job):
+                return name
+            time.sleep(0.1)
+        return None
+
+
+    def _strike_node_at_moment(self) -> str | None:
+        """Arm an instance on a node that may be killed to kill its node at the moment."""
+        on = _on_killable_nodes(self.job)
+        candidates = [(node, name) for node, named in sorted(on.items()) for name, _ in named
+                      if not name.startswith(f"{self.job}/source[")]
+        if not candidates:
+            return None
+        node, name = self._rng.choice(candidates)
+        started = time.monotonic() - self._started
+        try:
+            armed = ray.get(ray.get_actor(name, namespace=NAMESPACE).arm_chaos.remote(self.moment, True), timeout=10)
+        except RayActorError:  # armed, and at the moment already before its answer left
+            armed = True
+        except Exception:  # noqa: BLE001 - it went meanwhile, or is slow; try again next time
+            return None
+        if not armed:
+            return None
+        deadline = time.monotonic() + max(self.every_s, 30.0)
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if name not in live_instances(self.job):
+                names = [n for n, _ in on[node]]
+                self.killed_pids.update({pid: n for n, pid in on[node]})
+                self.node_kills.append((started, _describe_node(node), [name, *(n for n in names if n != name)]))
                 return name
             time.sleep(0.1)
         return None
