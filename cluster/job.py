@@ -23,7 +23,7 @@ import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from actorflow.actors.keys import KeyRouter
-from actorflow.actors.naming import instance_name, task_name, validate_job_name
+from actorflow.actors.naming import instance_name, old_tasks, task_name, validate_job_name
 from actorflow.actors.operator_actor import ChainSpec, OperatorActor
 from actorflow.actors.service_counters import counters_of, remove_counters
 from actorflow.actors.service_quota import SERVICE_PREFIX, ServiceQuotaActor
@@ -396,15 +396,17 @@ def checkpoint_metadata(graph: JobGraph) -> dict[str, Any]:
     return {"max_parallelism": graph.max_parallelism}
 
 
-def check_key_groups(checkpoint: Any, graph: JobGraph) -> None:
-    """Refuse to restore ``checkpoint`` (a ``CompletedCheckpoint``) into ``graph`` if their key
-    groups differ: keyed state lives in the key groups it was written in, and a key's group
-    depends on ``max_parallelism``. A checkpoint that names none predates key groups (keys went
-    to ``hash % parallelism``): a keyed job cannot restore it."""
+def check_resumable(checkpoint: Any, graph: JobGraph) -> None:
+    """Refuse to restore ``checkpoint`` (a ``CompletedCheckpoint``) into ``graph`` where what
+    reads the source changed its parallelism, or the key groups differ: keyed state lives in the
+    key groups it was written in, and a key's group depends on ``max_parallelism``. A checkpoint
+    that names none predates key groups (keys went to ``hash % parallelism``): a keyed job
+    cannot restore it."""
+    where = f"checkpoint {checkpoint.checkpoint_id} in {checkpoint.path}"
+    _check_readers_keep_parallelism(checkpoint.tasks, graph, where)
     written = checkpoint.metadata.get("extra", {}).get("max_parallelism")
     if written == graph.max_parallelism or (written is None and not graph.routes_by_key):
         return
-    where = f"checkpoint {checkpoint.checkpoint_id} in {checkpoint.path}"
     if written is None:
         raise CheckpointError(
             f"{where} was written before keyed state had key groups, and this job routes by key: its keys would "
@@ -413,6 +415,23 @@ def check_key_groups(checkpoint: Any, graph: JobGraph) -> None:
         f"{where} was written with max_parallelism={written}, and this job has max_parallelism="
         f"{graph.max_parallelism}: a key's group, where its state lives, depends on it, so it cannot change "
         f"between runs; resume with max_parallelism={written}")
+
+
+def _check_readers_keep_parallelism(tasks: list[str], graph: JobGraph, where: str) -> None:
+    """What reads the source keeps its parallelism across a resume: its position is per split,
+    and the splits are cut by its parallelism (``instance_rescale``). Refused before any actor
+    starts, naming the stage and both parallelisms."""
+    stages = graph.stages()
+    readers = [stages[0]] if graph.reads_source(stages) else []
+    named = [(stage.name, stage.parallelism) for stage in readers] + (
+        [] if readers else [(graph.source.name, graph.source.parallelism)])
+    for name, parallelism in named:
+        old = old_tasks(tasks, name)
+        if old and len(old) != parallelism:
+            raise CheckpointError(
+                f"{where} holds {name!r} at parallelism {len(old)}, and this job runs it at {parallelism}: what "
+                f"reads the source keeps its parallelism across a resume (its position is per split); resume it at "
+                f"{len(old)}, and change the parallelism after a key_by or rebalance")
 
 
 def _open_checkpoints(job: str, config: CheckpointConfig, graph: JobGraph) -> tuple[JobCheckpoints, int]:
@@ -446,7 +465,7 @@ def _open_checkpoints(job: str, config: CheckpointConfig, graph: JobGraph) -> tu
         latest = storage.latest()
         if latest is None:
             raise CheckpointError(f"resume_from={config.resume_from!r} holds no complete checkpoint of job {job!r}")
-        check_key_groups(latest, graph)
+        check_resumable(latest, graph)
         storage.unmark_finished()
         ids = storage.checkpoint_ids(complete_only=False)
         return JobCheckpoints(storage), max(ids) + 1
@@ -578,11 +597,10 @@ class _Attempt:
         deploying = "deploy" if self.number == 0 else "recover"
         # What the call waits on first: a Spark DataFrame's snapshot, which the actors start beside.
         progress.phase("snapshot" if source.blocks is None and not source.unbounded else deploying)
-        chained_source = stages[0].partitioning is Partitioning.FORWARD
         # A keyed first stage with the source's parallelism reads the source itself too: each
         # instance routes its split by key over the stage, and no source actors start.
         keyed_source = stages[0].partitioning is Partitioning.HASH and source.parallelism == stages[0].parallelism
-        reads_source = chained_source or keyed_source
+        reads_source = graph.reads_source(stages)
         check_room(job, sum(s.parallelism for s in stages) + (0 if reads_source else source.parallelism), self.placement)
         # Create stages from the last to the first, so every actor knows its downstream. Actor
         # creation does not block: all the processes start at once.

@@ -165,6 +165,13 @@ class JobGraph:
         the windows' and not the input's; contiguous otherwise, so that order can be kept."""
         return self.source.split(interleave=self.routes_by_key)
 
+    def reads_source(self, stages: list[Stage]) -> bool:
+        """Whether the first of ``stages`` reads the source itself (no source actors): chained
+        to it, or keyed with its parallelism (each instance routes its split by key)."""
+        first = stages[0]
+        return first.partitioning is Partitioning.FORWARD or (
+            first.partitioning is Partitioning.HASH and self.source.parallelism == first.parallelism)
+
     def stages(self) -> list[Stage]:
         """Fuse nodes into stages; the first stage reads the source with forward channels.
         A keyed stage with more instances than ``max_parallelism`` is refused, naming both."""

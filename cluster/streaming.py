@@ -60,7 +60,7 @@ from .checkpoints.coordinator import COORDINATOR, CheckpointConfig, CheckpointCo
 from .checkpoints.sink import TwoPhaseOutput
 from .checkpoints.storage import CheckpointStorage
 from .job import (
-    _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, check_key_groups,
+    _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, check_resumable,
     checkpoint_metadata, default_checkpoint_directory, end_service_quotas, instance_placement, near_driver,
     revive_service_quotas, start_service_quotas,
 )
@@ -188,7 +188,7 @@ class StreamingJob:
             if latest is None:
                 storage.clear()
             else:
-                check_key_groups(latest, self.graph)
+                check_resumable(latest, self.graph)
                 storage.unmark_finished()
             self._number = 0 if earlier is None else earlier + 1
             storage.note_attempt(self._number)

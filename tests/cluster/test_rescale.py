@@ -36,8 +36,8 @@ def _breaks_late(row: dict[str, Any]) -> dict[str, Any]:
     return _slow(row)
 
 
-def _job(name: str, window_parallelism: int, fn: Any) -> Any:
-    return (from_arrow(_clicks(), parallelism=2, batch_size=200, timestamp_column="ts", job_name=name)
+def _job(name: str, window_parallelism: int, fn: Any, source_parallelism: int = 2) -> Any:
+    return (from_arrow(_clicks(), parallelism=source_parallelism, batch_size=200, timestamp_column="ts", job_name=name)
             .map(fn)
             .key_by("user", parallelism=window_parallelism)
             .window(TumblingEventTimeWindows.of(5_000))
@@ -74,5 +74,10 @@ def test_a_resume_with_another_max_parallelism_is_refused_naming_both(ray_sessio
                                            max_restarts=0, max_parallelism=64)
     with pytest.raises(CheckpointError, match=r"written with max_parallelism=64, and this job has max_parallelism=128"):
         _job(job, 2, _slow).execute(progress=False, resume_from=f"{tmp_path}/{job}")
+    # What reads the source keeps its parallelism: refused before any actor starts.
+    with pytest.raises(CheckpointError, match=r"holds 'map' at parallelism 2, and this job runs it at 3: what reads "
+                                              r"the source keeps its parallelism across a resume"):
+        _job(job, 2, _slow, source_parallelism=3).execute(progress=False, resume_from=f"{tmp_path}/{job}",
+                                                           max_parallelism=64)
     resumed = _job(job, 3, _slow).execute(progress=False, resume_from=f"{tmp_path}/{job}", max_parallelism=64)
     assert Counter({(r["user"], r["window_start"]): r["count"] for r in resumed.to_arrow().to_pylist()}) == _expected()
