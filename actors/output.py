@@ -319,7 +319,6 @@ class BatchingOutput:
         self._outbox = outbox
         self._pre_aggregate = pre_aggregate
         self._partitioner = partitioner
-        self.partitioner = partitioner
         self._batch_size = batch_size
         self._schema = schema
         self._tracker = SchemaTracker(hint)
@@ -332,6 +331,11 @@ class BatchingOutput:
         self._side_buffers: dict[str, list[Any]] = {}
         self.records_out = 0
 
+
+    @property
+    def partitioner(self) -> Partitioner:
+        """Which channel each record goes to (a restore deals overtaken output anew with it)."""
+        return self._partitioner
     def collect(self, record: Record) -> None:
         self.collect_value(record.value, record.timestamp_ms, record.origin)
 

@@ -460,14 +460,17 @@ class ChaosMonkey:
             return None
         if not armed:
             return None
-        # The kill is the actor's own; wait until it happened, so the next one is not armed too early.
+        return name if self._gone(name) else None
+
+    def _gone(self, name: str) -> bool:
+        """Wait until the armed instance ``name`` has ended itself (so that the next one is not
+        armed too early); False if it did not within ``max(every_s, 30)`` seconds."""
         deadline = time.monotonic() + max(self.every_s, 30.0)
         while time.monotonic() < deadline and not self._stop.is_set():
             if name not in live_instances(self.job):
-                return name
+                return True
             time.sleep(0.1)
-        return None
-
+        return False
 
     def _strike_node_at_moment(self) -> str | None:
         """Arm an instance on a node that may be killed to kill its node at the moment."""
@@ -486,14 +489,11 @@ class ChaosMonkey:
             return None
         if not armed:
             return None
-        deadline = time.monotonic() + max(self.every_s, 30.0)
-        while time.monotonic() < deadline and not self._stop.is_set():
-            if name not in live_instances(self.job):
-                names = [n for n, _ in on[node]]
-                self.killed_pids.update({pid: n for n, pid in on[node]})
-                self.node_kills.append((started, _describe_node(node), [name, *(n for n in names if n != name)]))
-                return name
-            time.sleep(0.1)
+        if self._gone(name):
+            names = [n for n, _ in on[node]]
+            self.killed_pids.update({pid: n for n, pid in on[node]})
+            self.node_kills.append((started, _describe_node(node), [name, *(n for n in names if n != name)]))
+            return name
         return None
 
 
