@@ -122,23 +122,28 @@ def near_driver() -> dict[str, Any]:
     the driver is, and Ray 2.x places a zero-CPU actor with *soft* affinity on any node."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    if not _several_nodes():
+    if not several_nodes():
         return {"num_cpus": 0}
     return {"num_cpus": 0,
             "scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)}
 
 
-def _several_nodes() -> bool:
+def live_nodes() -> int:
+    """How many live nodes the cluster has (0 before Ray starts)."""
+    return sum(1 for node in ray.nodes() if node.get("Alive")) if ray.is_initialized() else 0
+
+
+def several_nodes() -> bool:
     """Whether the cluster has more than one live node: only then does placement matter (on one
     node Ray's default placement stays, which hands a restart's actors the standby processes)."""
-    return ray.is_initialized() and sum(1 for node in ray.nodes() if node.get("Alive")) > 1
+    return live_nodes() > 1
 
 
 def instance_placement(num_cpus: float, resources: dict[str, float] | None) -> dict[str, Any]:
     """Where a job's operator and source instances go: spread over the nodes that have the
     resources they ask for (Ray's ``SPREAD``), so that a node's death takes few of them."""
     placement: dict[str, Any] = {"num_cpus": num_cpus, "resources": dict(resources or {})}
-    if _several_nodes():
+    if several_nodes():
         placement["scheduling_strategy"] = "SPREAD"
     return placement
 

@@ -24,6 +24,7 @@ from actorflow.actors.arrow_rows import conform_table, ipc_bytes
 from actorflow.actors.store_pages import process_pages
 from actorflow.actors.upstream.ray import owner_addresses, quiet_arrow_fallback
 from actorflow.operators.errors import SchemaError
+from actorflow.cluster.job import live_nodes
 
 if TYPE_CHECKING:
     import ray
@@ -96,27 +97,32 @@ def dataframe_to_blocks(df: DataFrame, *, owner: object | None = None) -> list[t
     executors = [f"raydp-executor-{location}" for location in info.locations()]
     blocks: list[ray.ObjectRef] = []
     counts: list[ray.ObjectRef] = []
-    for group in _fetch_groups(partitions):
-        refs = _fetch_task().options(num_returns=2 * len(group)).remote(
+    # On a cluster of several nodes the fetches spread over them, one or more a node, and so do
+    # the blocks: a node's death takes a few, which Ray rebuilds from Spark's cache when a reader
+    # needs them.
+    nodes = live_nodes()
+    spread = {"scheduling_strategy": "SPREAD"} if nodes > 1 else {}
+    for group in _fetch_groups(partitions, max(2, nodes)):
+        refs = _fetch_task().options(num_returns=2 * len(group), **spread).remote(
             [executors[i] for i in group], info.rddId(), group, info.schemaJson(), info.driverAgentUrl())
         blocks.extend(refs[: len(group)])
         counts.extend(refs[len(group):])
     return list(zip(blocks, ray.get(counts)))
 
 
-#: Partitions that one fetch task reads: half of them each, so that two tasks (two Python workers,
-#: usually idle ones kept by Ray) do the work, and at most this many, so that a task holds at most
-#: a few hundred MiB at once.
+#: Partitions that one fetch task reads at most, so that a task holds at most a few hundred MiB at once.
 _MAX_PARTITIONS_PER_FETCH = 8
 
 
-def _fetch_groups(partitions: int) -> list[list[int]]:
-    """Contiguous runs of partitions, one a fetch task.
+def _fetch_groups(partitions: int, tasks: int = 2) -> list[list[int]]:
+    """Contiguous runs of partitions, one a fetch task: a share of them for each of ``tasks``
+    (two on one node: two Python workers, usually idle ones kept by Ray; one a node on a
+    cluster), each at most ``_MAX_PARTITIONS_PER_FETCH``.
 
-    >>> _fetch_groups(5), len(_fetch_groups(40))
-    ([[0, 1, 2], [3, 4]], 5)
+    >>> _fetch_groups(5), len(_fetch_groups(40)), _fetch_groups(8, 3)
+    ([[0, 1, 2], [3, 4]], 5, [[0, 1, 2], [3, 4, 5], [6, 7]])
     """
-    size = min(_MAX_PARTITIONS_PER_FETCH, -(-partitions // 2))
+    size = min(_MAX_PARTITIONS_PER_FETCH, -(-partitions // tasks))
     return [list(range(start, min(start + size, partitions))) for start in range(0, partitions, size)]
 
 

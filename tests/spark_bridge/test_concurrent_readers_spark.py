@@ -19,13 +19,13 @@ def test_a_snapshot_being_fetched_survives_another_stream_over_the_same_datafram
     second = from_spark(df, parallelism=1)
     groups = arrow_io._fetch_groups
 
-    def first_goes_meanwhile(partitions: int) -> list[list[int]]:
+    def first_goes_meanwhile(partitions: int, tasks: int) -> list[list[int]]:
         # The second snapshot is cached in Spark and about to be fetched when the first stream
         # goes (another thread's enrich() ending): freeing it must not free the second.
         nonlocal first
         first = None
         gc.collect()
-        return groups(partitions)
+        return groups(partitions, tasks)
 
     monkeypatch.setattr(arrow_io, "_fetch_groups", first_goes_meanwhile)
     # RayDP said "Still cannot get the block after recache!" here when the first stream's
