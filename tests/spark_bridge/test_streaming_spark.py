@@ -27,6 +27,7 @@ from actorflow.operators.windows import (
     Sum,
     TumblingEventTimeWindows,
 )
+from actorflow.cluster.chaos import live_instances
 from actorflow.spark_bridge import from_spark
 from tests.waiting import poll
 
@@ -95,11 +96,11 @@ def _fallback(row):
     return [{**row, "fell_back": 1}]
 
 
-def _pipeline(stream, window):
+def _pipeline(stream, window, parallelism=None):
     return (stream
             .async_map(Enrich(), ordered=False, capacity=200, timeout_ms=1_000, fallback=_fallback,
                        retry=af.retry.FixedDelay(3, 10), on_error="dead_letter")
-            .key_by("user")
+            .key_by("user", parallelism=parallelism)
             .window(window)
             .allowed_lateness(2_000)
             .side_output_late_data("late")
@@ -179,7 +180,7 @@ def test_the_parquet_output_is_read_by_spark_as_files_and_as_a_stream_and_only_p
     assert spark.sql("select count(*) c, min(id) lo from actorflow_stream_read_back").collect()[0][:] == (6_000, 0)
 
 
-def test_stop_then_resume_from_the_final_checkpoint_equals_an_uninterrupted_run(spark, tmp_path):
+def test_stop_then_resume_at_another_parallelism_from_the_final_checkpoint_equals_an_uninterrupted_run(spark, tmp_path):
     directory = str(tmp_path / "in")
     os.makedirs(directory)
     all_files = str(tmp_path / "all")
@@ -188,11 +189,11 @@ def test_stop_then_resume_from_the_final_checkpoint_equals_an_uninterrupted_run(
 
     window = TumblingEventTimeWindows.of(60_000)
 
-    def start(source: str, location: str):
+    def start(source: str, location: str, windows: int = 2):
         events = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(source)
         return _pipeline(from_spark(events, timestamp_column="ts", out_of_orderness_ms=OUT_OF_ORDERNESS_MS,
-                                    parallelism=2), window).write_stream(str(tmp_path / f"out-{location}"),
-                                                                         checkpoint_location=str(tmp_path / location))
+                                    parallelism=2), window, windows).write_stream(
+            str(tmp_path / f"out-{location}"), checkpoint_location=str(tmp_path / location))
 
     # The first half of the files, then a stop with a final checkpoint (in-flight requests, open windows saved).
     for name in names[:4]:
@@ -201,11 +202,14 @@ def test_stop_then_resume_from_the_final_checkpoint_equals_an_uninterrupted_run(
     first.process_all_available()
     first.stop()
     assert first.last_progress["epoch"] == 3
-    # The rest arrive while nothing runs; the same script started again goes on where it stopped.
+    # The rest arrive while nothing runs; the same script started again, with three window
+    # instances instead of two, goes on where it stopped: the open windows move with their keys.
     for name in names[4:]:
         os.link(os.path.join(all_files, name), os.path.join(directory, name))
-    second = start(directory, "resumed")
+    second = start(directory, "resumed", windows=3)
     assert second.job.resumed_from is not None
+    windows = [name.partition("@")[0] for name in live_instances(second.name) if "/window[" in name]
+    assert windows == [f"resumed/window[{i}/3]" for i in range(3)], windows
     second.process_all_available()
     second.stop(drain=True)
     assert [p["epoch"] for p in second.recent_progress if not p["between_epochs"]] == [4, 5, 6, 7]
