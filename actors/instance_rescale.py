@@ -45,7 +45,10 @@ def rescaled_instance(olds: list[dict[str, Any]], index: int, parallelism: int, 
     n_ops = {len(s["chain"]) for s in olds}
     if len(n_ops) != 1:
         raise StateFormatError(f"the old instances of stage {stage!r} hold different chains: {sorted(n_ops)} operators")
-    chain = [rescale_states([s["chain"][k] for s in olds], parallelism, max_parallelism)[index] for k in range(n_ops.pop())]
+    # The chain's first operator takes the stage's keyed records: what it holds in flight goes to
+    # the owner of its key. Later operators hold what the ones before them emitted, unkeyed.
+    chain = [rescale_states([s["chain"][k] for s in olds], parallelism, max_parallelism,
+                            key.key if key is not None and k == 0 else None)[index] for k in range(n_ops.pop())]
     mine = [o for o in range(len(olds)) if o % parallelism == index]  # whose unkeyed records and output go here
 
     def owned(batch: RowBatch, old: int) -> RowBatch | None:

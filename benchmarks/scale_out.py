@@ -20,8 +20,10 @@ machine, or with ``--address`` on a real cluster, the same code runs unchanged.
   to the next attempt deployed (``JobResult.recoveries_s``), and the output compared row by row
   with the expected (lost, duplicated, unexpected). A killed node is replaced before the next run.
 - **Rescale.** A keyed windowed job stops on a bad row at parallelism 2, leaving checkpoints, and
-  resumes at 2 (the baseline), 3, 1 and 4: each resume's seconds, the checkpoint's size, and
-  whether its output equals an uninterrupted run (``rescale_exact``).
+  resumes at 2 (the baseline), 3, 1 and 4; then, with 10 and 100 times the keys and window length
+  (an open window for each key, so checkpoints 10 and 100 times larger), at 2 and 3: each
+  resume's seconds against the checkpoint's size, and whether its output equals an uninterrupted
+  run (``rescale_exact``).
 
     python -m benchmarks.scale_out [--quick] [--address HOST:PORT]
 """
@@ -44,8 +46,8 @@ PARALLELISMS = (1, 2, 4, 8)
 USERS = 200
 
 
-def _clicks(n: int, parts: int = 16) -> list[pa.Table]:
-    table = pa.table({"click": list(range(n)), "user": [i % USERS for i in range(n)], "ts": [i * 10 for i in range(n)]})
+def _clicks(n: int, parts: int = 16, users: int = USERS) -> list[pa.Table]:
+    table = pa.table({"click": list(range(n)), "user": [i % users for i in range(n)], "ts": [i * 10 for i in range(n)]})
     size = -(-n // parts)
     return [table.slice(i, size) for i in range(0, n, size)]
 
@@ -65,14 +67,16 @@ def _enrichment(job: str, n: int, parallelism: int, url: str) -> Any:
         parallelism).async_map(_lookup(url), capacity=16, parallelism=parallelism, ordered=False)
 
 
-def _windows(job: str, n: int, parallelism: int, check: Any = None, source_parallelism: int = 2) -> Any:
+def _windows(job: str, n: int, parallelism: int, check: Any = None, source_parallelism: int = 2, users: int = USERS,
+             window_ms: int = 5_000) -> Any:
     from actorflow.cluster import from_arrow
     from actorflow.operators.windows import TumblingEventTimeWindows
 
-    stream = from_arrow(_clicks(n), parallelism=source_parallelism, batch_size=250, timestamp_column="ts", job_name=job)
+    stream = from_arrow(_clicks(n, users=users), parallelism=source_parallelism, batch_size=250, timestamp_column="ts",
+                        job_name=job)
     if check is not None:
         stream = stream.map(check)
-    return stream.key_by("user", parallelism=parallelism).window(TumblingEventTimeWindows.of(5_000)).count()
+    return stream.key_by("user", parallelism=parallelism).window(TumblingEventTimeWindows.of(window_ms)).count()
 
 
 def _run(stream: Any, on_head: bool, **options: Any) -> tuple[float, Any]:
@@ -153,6 +157,11 @@ def _replace_dead_nodes(cluster: Any) -> None:
     cluster.wait_for_nodes()
 
 
+#: The rescale's state sizes: keys and window length grown together by each factor, so that each
+#: key holds an open window when the job stops, and the checkpoint grows with the factor.
+STATE_FACTORS = (1, 10, 100, 1_000)
+
+
 def rescale(n: int) -> dict[str, Any]:
     from actorflow.cluster.checkpoints.storage import CheckpointStorage
     from actorflow.operators import JobFailedError
@@ -165,29 +174,34 @@ def rescale(n: int) -> dict[str, Any]:
             raise ValueError(f"bad row {row['click']}")
         return row
 
-    expected = Counter((i % USERS, i * 10 // 5_000 * 5_000) for i in range(n))
     cases = []
-    for after in (2, 3, 1, 4):
-        job = f"bench-rescale-{after}"
-        with tempfile.TemporaryDirectory(prefix="actorflow-rescale-") as directory:
-            try:
-                _windows(job, n, 2, checked).execute(progress=False, checkpoint_interval_ms=200, checkpoint_dir=directory,
-                                                    max_restarts=0)
-            except JobFailedError:
-                pass
-            latest = CheckpointStorage(directory, job=job).latest()
-            if latest is None:
-                raise AssertionError(f"{job}: the first run left no checkpoint")
-            seconds, result = _run(_windows(job, n, after, lambda row: row), False, resume_from=f"{directory}/{job}")
-        got = Counter({(r["user"], r["window_start"]): r["count"] for r in result.to_arrow().to_pylist()})
-        exact = got == expected and result.to_arrow().num_rows == len(expected)
-        cases.append({"from": 2, "to": after, "resume_s": round(seconds, 2), "checkpoint_bytes": latest.size_bytes,
-                      "exact": exact})
-        print(f"  resume 2 -> {after}: {seconds:.2f} s from a checkpoint of {latest.size_bytes:,} bytes; "
-              f"{'equal to' if exact else 'DIFFERENT from'} an uninterrupted run", flush=True)
-    base = cases[0]["resume_s"]
+    # Every parallelism at the smallest state; at each larger one, 2 -> 2 (the baseline) and 2 -> 3.
+    for factor in STATE_FACTORS:
+        users, window_ms = USERS * factor, 5_000 * factor
+        expected = Counter((i % users, i * 10 // window_ms * window_ms) for i in range(n))
+        for after in (2, 3, 1, 4) if factor == 1 else (2, 3):
+            job = f"bench-rescale-{factor}-{after}"
+            with tempfile.TemporaryDirectory(prefix="actorflow-rescale-") as directory:
+                try:
+                    _windows(job, n, 2, checked, users=users, window_ms=window_ms).execute(
+                        progress=False, checkpoint_interval_ms=200, checkpoint_dir=directory, max_restarts=0)
+                except JobFailedError:
+                    pass
+                latest = CheckpointStorage(directory, job=job).latest()
+                if latest is None:
+                    raise AssertionError(f"{job}: the first run left no checkpoint")
+                seconds, result = _run(_windows(job, n, after, lambda row: row, users=users, window_ms=window_ms), False,
+                                       resume_from=f"{directory}/{job}")
+            got = Counter({(r["user"], r["window_start"]): r["count"] for r in result.to_arrow().to_pylist()})
+            exact = got == expected and result.to_arrow().num_rows == len(expected)
+            cases.append({"from": 2, "to": after, "keys": users, "resume_s": round(seconds, 2),
+                          "checkpoint_bytes": latest.size_bytes, "exact": exact})
+            print(f"  {users:,} keys, resume 2 -> {after}: {seconds:.2f} s from a checkpoint of "
+                  f"{latest.size_bytes:,} bytes; {'equal to' if exact else 'DIFFERENT from'} an uninterrupted run",
+                  flush=True)
     for case in cases:
-        case["vs_same_parallelism"] = round(case["resume_s"] / base, 2)
+        base = next(c for c in cases if c["keys"] == case["keys"] and c["to"] == 2)
+        case["vs_same_parallelism"] = round(case["resume_s"] / base["resume_s"], 2)
     return {"cases": cases, "exact": all(c["exact"] for c in cases)}
 
 

@@ -4,7 +4,11 @@ A keyed operator's state moves by key group (``key_groups``): every entry of a w
 (contents, trigger and window state, merge sets, timers, closed sessions, the Arrow path's panes)
 goes to the instance that owns its key's group at the new parallelism, as Flink's key-group
 restore does. The records an ``async_wait`` holds in flight go to the owner of their key (the
-stage's key of the record's value), or, in an unkeyed stage, are dealt round-robin.
+stage's key of the record's value), or, in an unkeyed stage, are dealt round-robin. An
+``async_wait_batch``'s records go the same way; a batch that had left keeps its attempt and its
+deadline on each new instance that takes some of its records (there they leave again as one
+smaller batch, each record with its own idempotency key), and in an unkeyed stage a batch goes
+whole to one instance.
 
 What is not per key is combined so that nothing fires early or late:
 
@@ -18,8 +22,8 @@ What is not per key is combined so that nothing fires early or late:
 - what an instance learned about its service (the adaptive limit, a pause, an open breaker) goes
   to every new instance from the old one it most resembles (the same index, or the last).
 
-Only the states of ``window`` and ``async_wait`` operators rescale; a stateless operator's
-``None`` stays ``None``; any other state is refused, naming its kind.
+Only the states of ``window``, ``async_wait`` and ``async_batch`` operators rescale; a stateless
+operator's ``None`` stays ``None``; any other state is refused, naming its kind.
 
 >>> old = [versioned("window", {**_EMPTY_WINDOW, "watermark": 5, "contents": [("a", ("time", 0, 10), "value", 1)]}),
 ...        versioned("window", {**_EMPTY_WINDOW, "watermark": 5, "contents": [("b", ("time", 0, 10), "value", 2)]})]
@@ -61,9 +65,11 @@ def rescale_states(old: list[Any], parallelism: int, max_parallelism: int,
         return _windows(old, parallelism, max_parallelism)
     if kind == "async_wait":
         return _async_waits(old, parallelism, max_parallelism, key_of)
+    if kind == "async_batch":
+        return _async_batches(old, parallelism, max_parallelism, key_of)
     raise StateFormatError(
-        f"an operator with state of kind {kind!r} cannot resume at another parallelism (only windows and "
-        "async_wait can); resume it at its old parallelism")
+        f"an operator with state of kind {kind!r} cannot resume at another parallelism (only windows, "
+        "async_wait and async_wait_batch can); resume it at its old parallelism")
 
 
 def _owner(max_parallelism: int, parallelism: int) -> Callable[[Any], int]:
@@ -221,24 +227,32 @@ def _async_item_mark(item: tuple[Any, ...]) -> tuple[str, Any]:
     return (item[0], item[1]) if item[0] in ("watermark", "status") else ("record", None)
 
 
-def _async_waits(old: list[Any], parallelism: int, max_parallelism: int, key_of: Callable[[Any], Any] | None) -> list[Any]:
-    states = [check_state("async_wait", s) if s is not None else None for s in old]
-    owner = _owner(max_parallelism, parallelism)
-    turn = itertools.count()
-    # Per new instance, per old one: the old queue with only the records the new one takes.
+def _deal_queues(states: list[Any], parallelism: int, target: Callable[[int, tuple[Any, ...]], int],
+                 ) -> list[list[list[tuple[Any, ...]]]]:
+    """Per new instance, per old one: the old queue with only the records that ``target(old
+    index, record item)`` sends to the new one, and every watermark and status."""
     queues: list[list[list[tuple[Any, ...]]]] = [[] for _ in range(parallelism)]
-    for s in states:
+    for o, s in enumerate(states):
         if s is None:
             continue
         mine: list[list[tuple[Any, ...]]] = [[] for _ in range(parallelism)]
         for item in s["items"]:
             if item[0] == "record":
-                mine[owner(key_of(item[1])) if key_of is not None else next(turn) % parallelism].append(item)
+                mine[target(o, item)].append(item)
             else:
                 for queue in mine:
                     queue.append(item)
         for i in range(parallelism):
             queues[i].append(mine[i])
+    return queues
+
+
+def _async_waits(old: list[Any], parallelism: int, max_parallelism: int, key_of: Callable[[Any], Any] | None) -> list[Any]:
+    states = [check_state("async_wait", s) if s is not None else None for s in old]
+    owner = _owner(max_parallelism, parallelism)
+    turn = itertools.count()
+    queues = _deal_queues(states, parallelism, lambda _, item: owner(key_of(item[1])) if key_of is not None
+                          else next(turn) % parallelism)
     sequence = max(s.get("sequence", 0) for s in states if s is not None)
     out = []
     for i in range(parallelism):
@@ -247,6 +261,52 @@ def _async_waits(old: list[Any], parallelism: int, max_parallelism: int, key_of:
         if service is not None:
             body["service"] = service
         out.append(versioned("async_wait", body))
+    return out
+
+
+def _async_batches(old: list[Any], parallelism: int, max_parallelism: int,
+                   key_of: Callable[[Any], Any] | None) -> list[Any]:
+    states = [check_state("async_batch", s) if s is not None else None for s in old]
+    owner = _owner(max_parallelism, parallelism)
+    # Batch numbers are an old instance's own: each old instance's are shifted past the last's.
+    shift, base = [], 0
+    for s in states:
+        shift.append(base)
+        base += 1 + max((b[0] for b in s["batches"]), default=-1) if s is not None else 0
+    unkeyed_turn = itertools.count()
+    batch_home: dict[int, int] = {}
+
+    def target(o: int, item: tuple[Any, ...]) -> int:
+        if key_of is not None:
+            return owner(key_of(item[1]))
+        if item[3] is None:  # in the buffer: no batch yet
+            return next(unkeyed_turn) % parallelism
+        batch = shift[o] + item[3]
+        if batch not in batch_home:
+            batch_home[batch] = next(unkeyed_turn) % parallelism
+        return batch_home[batch]
+
+    queues = _deal_queues(states, parallelism, target)
+    # The records' batch numbers, shifted (records keep the rest of their fields).
+    shifted_queues: list[list[list[tuple[Any, ...]]]] = []
+    present = [o for o, s in enumerate(states) if s is not None]
+    for i in range(parallelism):
+        shifted_queues.append([
+            [(*item[:3], None if item[3] is None else shift[o] + item[3], *item[4:]) if item[0] == "record" else item
+             for item in queue]
+            for o, queue in zip(present, queues[i])])
+    olds = [(o, s) for o, s in enumerate(states) if s is not None]
+    batches = {shift[o] + b[0]: (shift[o] + b[0], *b[1:]) for o, s in olds for b in s["batches"]}
+    flushes = [s["flush_remaining_ms"] for _, s in olds if s["flush_remaining_ms"] is not None]
+    sequence = max(s.get("sequence", 0) for _, s in olds)
+    out = []
+    for i in range(parallelism):
+        items = merge_in_order(shifted_queues[i], _async_item_mark)
+        mine = sorted({item[3] for item in items if item[0] == "record" and item[3] is not None})
+        has_buffer = any(item[0] == "record" and item[3] is None for item in items)
+        out.append(versioned("async_batch", {
+            "items": items, "batches": [batches[b] for b in mine], "sequence": sequence,
+            "flush_remaining_ms": min(flushes) if flushes and has_buffer else None}))
     return out
 
 

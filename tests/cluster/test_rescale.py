@@ -3,6 +3,7 @@ instances, its in-flight records with it, and the output equals an uninterrupted
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from typing import Any
@@ -81,3 +82,32 @@ def test_a_resume_with_another_max_parallelism_is_refused_naming_both(ray_sessio
                                                            max_parallelism=64)
     resumed = _job(job, 3, _slow).execute(progress=False, resume_from=f"{tmp_path}/{job}", max_parallelism=64)
     assert Counter({(r["user"], r["window_start"]): r["count"] for r in resumed.to_arrow().to_pylist()}) == _expected()
+
+
+async def _lookup(values: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    await asyncio.sleep(0.002)
+    return [[{**v, "score": v["click"] * 3 + 1}] for v in values]
+
+
+async def _lookup_breaks_late(values: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    if any(v["click"] == BREAK_AT for v in values):
+        raise RuntimeError(f"bad deploy at click {BREAK_AT}")
+    return await _lookup(values)
+
+
+def test_batched_enrichment_resumed_at_another_parallelism_gives_every_row_once(ray_session, tmp_path):
+    job = "rescale-batches"
+
+    def enrichment(parallelism: int, fn: Any) -> Any:
+        return (from_arrow(_clicks(), parallelism=2, batch_size=200, job_name=job).map(_slow)
+                .rebalance(parallelism)
+                .async_map_batch(fn, batch_size=16, capacity=4))
+
+    with pytest.raises(JobFailedError, match="bad deploy"):
+        enrichment(2, _lookup_breaks_late).execute(progress=False, checkpoint_interval_ms=100,
+                                                   checkpoint_dir=str(tmp_path), max_restarts=0)
+    latest = CheckpointStorage(str(tmp_path), job=job).latest()
+    assert latest is not None and len([t for t in latest.tasks if "async_map_batch[" in t]) == 2, latest
+    table = enrichment(3, _lookup).execute(progress=False, resume_from=f"{tmp_path}/{job}").to_arrow()
+    assert sorted(zip(table.column("click").to_pylist(), table.column("score").to_pylist())) == [
+        (i, i * 3 + 1) for i in range(N)]

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actorflow.operators import OperatorHarness, Record, Watermark, async_wait
+from actorflow.operators import OperatorHarness, Record, Watermark, async_wait, async_wait_batch
 from actorflow.operators.errors import StateFormatError
 from actorflow.operators.key_groups import index_of_key_group, key_group_of, key_group_range
 from actorflow.operators.rescale import rescale_states
 from actorflow.operators.state import versioned
 from actorflow.operators.windows import TumblingEventTimeWindows, Count, WindowOperator
 
-from .scripted import Scripted
+from .scripted import Scripted, ScriptedBatch
 from .windows.test_window_snapshot import FACTORIES, streams
 from .windows.transcript import compact, record
 from tests.properties import examples
@@ -150,7 +150,75 @@ def test_records_in_flight_move_to_their_key_s_new_owner_and_never_cross_a_water
             assert all(ids == sorted(ids) for ids in by_key.values())
 
 
+def _async_batch(mode):
+    fn = ScriptedBatch()
+    return fn, OperatorHarness(async_wait_batch(fn, batch_size=3, mode=mode, capacity=12, timeout_ms=60_000))
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(data=st.data(), mode=st.sampled_from(["ordered", "unordered"]), keyed=st.booleans())
+def test_batches_in_flight_and_buffered_records_move_to_their_new_owners_and_each_record_comes_out_once(data, mode, keyed):
+    before, after = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
+    olds = [_async_batch(mode) for _ in range(before)]
+    watermark, n = 0, data.draw(st.integers(1, 30))
+    for i in range(n):
+        if data.draw(st.booleans()):
+            watermark += data.draw(st.integers(1, 5))
+            for _, h in olds:
+                h.process_watermark(watermark)
+        value = (f"k{data.draw(st.integers(0, 5))}", i)
+        fn, h = olds[_owner(value[0], before) if keyed else i % before]
+        h.process_element(value, watermark + data.draw(st.integers(1, 5)))
+        if data.draw(st.booleans()) and fn.in_flight():
+            flying = fn.in_flight()
+            fn.complete(flying[data.draw(st.integers(0, len(flying) - 1))])
+            h.run_until_idle()
+    old_states = [pickle.loads(h.snapshot()).chain[0] for _, h in olds]
+    left = {tuple(v) for fn, _ in olds for i in fn.in_flight() for v in [fn.calls[i][0]]}
+    key_of = (lambda v: v[0]) if keyed else None
+    news = []
+    for state in rescale_states(old_states, after, MAX_P, key_of):
+        fn, h = _async_batch(mode)
+        h.restore(pickle.dumps([state]))
+        h.open()
+        news.append((fn, h))
+        for item in state["items"]:
+            if item[0] == "record" and keyed:
+                assert _owner(item[1][0], after) == len(news) - 1
+        # Each batch of the state is one that had left, and holds only records that were in it.
+        numbers = {item[3] for item in state["items"] if item[0] == "record" and item[3] is not None}
+        assert sorted(b[0] for b in state["batches"]) == sorted(numbers)
+    if not keyed:  # a batch that had left goes whole to one new instance, and leaves again as it was
+        again = [tuple(v) for fn, _ in news for v, _ in fn.calls]
+        assert all(again.count(batch) == 1 for batch in left), (left, again)
+    for fn, h in news:
+        h.end_input()  # the buffered rest leaves as a last batch
+        while fn.in_flight():
+            for i in fn.in_flight():
+                fn.complete(i)
+            h.run_until_idle()
+    emitted = [e.value[1] for _, h in olds + news for e in h.output if isinstance(e, Record)]
+    assert sorted(emitted) == list(range(n))  # each record once
+    for _, h in olds + news:
+        seen = -1
+        for e in h.output:
+            if isinstance(e, Watermark):
+                seen = max(seen, e.timestamp_ms)
+            else:
+                assert e.timestamp_ms > seen, (e, seen)
+    if mode == "ordered" and keyed:
+        for _, h in news:
+            by_key: dict[str, list[int]] = {}
+            for e in h.output:
+                if isinstance(e, Record):
+                    by_key.setdefault(e.value[0], []).append(e.value[1])
+            assert all(ids == sorted(ids) for ids in by_key.values())
+
+
 def test_a_state_that_cannot_rescale_is_refused_naming_its_kind():
-    with pytest.raises(StateFormatError, match="'async_batch' cannot resume at another parallelism"):
-        rescale_states([versioned("async_batch", {"items": [], "batches": [], "sequence": 0})], 2, MAX_P)
+    with pytest.raises(StateFormatError, match=r"of different kinds: \['async_batch', 'mystery'\]"):
+        rescale_states([versioned("async_batch", {"items": [], "batches": [], "sequence": 0, "flush_remaining_ms": None}),
+                        {"format": "mystery"}], 2, MAX_P)
+    with pytest.raises(StateFormatError, match="'mystery' cannot resume at another parallelism"):
+        rescale_states([{"format": "mystery"}], 2, MAX_P)
     assert rescale_states([None, None], 3, MAX_P) == [None, None, None]
