@@ -20,8 +20,8 @@ machine, or with ``--address`` on a real cluster, the same code runs unchanged.
   to the next attempt deployed (``JobResult.recoveries_s``), and the output compared row by row
   with the expected (lost, duplicated, unexpected). A killed node is replaced before the next run.
 - **Rescale.** A keyed windowed job stops on a bad row at parallelism 2, leaving checkpoints, and
-  resumes at 2 (the baseline), 3, 1 and 4; then, with 10 and 100 times the keys and window length
-  (an open window for each key, so checkpoints 10 and 100 times larger), at 2 and 3: each
+  resumes at 2 (the baseline), 3, 1 and 4; then, with 10, 100 and 1,000 times the keys and the
+  window length (an open window for each key, so larger checkpoints), at 2 and 3: each
   resume's seconds against the checkpoint's size, and whether its output equals an uninterrupted
   run (``rescale_exact``).
 
