@@ -139,6 +139,31 @@ def several_nodes() -> bool:
     return live_nodes() > 1
 
 
+def on_each_machine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+    """``fn(*args, **kwargs)`` once on each machine of the cluster, for what lives in a machine's
+    files (the service counters of its instances): here on one node; else as a task on one live
+    node of each address, since the nodes of one machine share its files. A machine that dies
+    meanwhile answers nothing: what its files held went with it."""
+    if not several_nodes():
+        return [fn(*args, **kwargs)]
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    machines: dict[str, str] = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            machines.setdefault(node["NodeManagerAddress"], node["NodeID"])
+    task = ray.remote(num_cpus=0, max_retries=0)(fn)
+    calls = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(*args, **kwargs)
+             for node in machines.values()]
+    answers = []
+    for call in calls:
+        try:
+            answers.append(ray.get(call, timeout=60))
+        except RayError:
+            continue
+    return answers
+
+
 def instance_placement(num_cpus: float, resources: dict[str, float] | None) -> dict[str, Any]:
     """Where a job's operator and source instances go: spread over the nodes that have the
     resources they ask for (Ray's ``SPREAD``), so that a node's death takes few of them."""
@@ -293,7 +318,7 @@ def run_job(
     started = time.perf_counter()
     end_top_ups()  # the last job's: this one takes what waits, and tops up as it ends
     placement = instance_placement(actor_num_cpus, actor_resources)
-    remove_counters(job)  # an earlier run's, which did not end
+    on_each_machine(remove_counters, job)  # an earlier run's, which did not end
     quotas = start_service_quotas(graph, job)
     try:
         if config is None:
@@ -312,7 +337,7 @@ def run_job(
         return _run_recoverable(graph, job, config, started, output_schema, side_tags, placement, quotas)
     finally:
         end_service_quotas(quotas)
-        remove_counters(job)
+        on_each_machine(remove_counters, job)
 
 
 def _run_recoverable(
@@ -350,7 +375,8 @@ def _run_recoverable(
                 result = attempt.result(started, side_tags, None, output=checkpoints.output)
                 result.restarts, result.recoveries_s, result.failures = number, recoveries_s, failures
                 # The service calls of the instances that were killed (actors.service_counters).
-                result.killed_figures = counters_of(job, skip={str(f.get("name")) for f in result.figures})
+                skip = {str(f.get("name")) for f in result.figures}
+                result.killed_figures = [f for found in on_each_machine(counters_of, job, skip=skip) for f in found]
                 result.checkpoints = ray.get(coordinator.figures.remote())
                 result.progress_samples = samples + result.progress_samples
                 _finish_checkpoints(checkpoints.storage, config)

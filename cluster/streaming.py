@@ -61,7 +61,7 @@ from .checkpoints.sink import TwoPhaseOutput
 from .checkpoints.storage import CheckpointStorage
 from .job import (
     _Attempt, _AttemptFailed, _cause, _describe, _job_failure, _remote, _restore_point, check_resumable,
-    checkpoint_metadata, default_checkpoint_directory, end_service_quotas, instance_placement, near_driver,
+    checkpoint_metadata, default_checkpoint_directory, end_service_quotas, instance_placement, near_driver, on_each_machine,
     revive_service_quotas, start_service_quotas,
 )
 from .job_graph import JobGraph, SourceNode
@@ -275,7 +275,7 @@ class StreamingJob:
         if self._coordinator is not None:
             ray.kill(self._coordinator, no_restart=True)
         end_service_quotas(self._quotas)
-        remove_counters(self.job)
+        on_each_machine(remove_counters, self.job)
 
     @property
     def running(self) -> bool:

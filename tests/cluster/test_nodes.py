@@ -9,6 +9,7 @@ nothing with the session's Ray.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import Any
 
@@ -40,11 +41,27 @@ def three_nodes():
         cluster.add_node(num_cpus=2, resources={"slot": 2})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address)
+    _until_the_scheduler_sees(3)
     try:
         yield cluster
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _until_the_scheduler_sees(nodes: int) -> None:
+    """Wait until tasks spread over ``nodes`` nodes: the GCS lists a node that joined a moment
+    before the raylets' view of the cluster holds it, and until then Ray places every actor on
+    the driver's node, SPREAD or not."""
+
+    @ray.remote(num_cpus=0)
+    def where() -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    deadline = time.monotonic() + 60
+    while len(set(ray.get([where.options(scheduling_strategy="SPREAD").remote() for _ in range(3 * nodes)]))) < nodes:
+        assert time.monotonic() < deadline, f"Ray did not place tasks on {nodes} nodes within 60 s"
+        time.sleep(0.5)
 
 
 def _clicks(n: int) -> list[pa.Table]:
@@ -120,6 +137,7 @@ def test_a_job_recovers_exactly_once_from_the_death_of_a_node(three_nodes, tmp_p
             three_nodes.remove_node(node, allow_graceful=False)
     three_nodes.add_node(num_cpus=2, resources={"slot": 2})
     three_nodes.wait_for_nodes()
+    _until_the_scheduler_sees(3)
 
 
 def test_too_few_nodes_left_for_the_job_s_resources_is_an_error_naming_them(three_nodes):
@@ -128,3 +146,30 @@ def test_too_few_nodes_left_for_the_job_s_resources_is_an_error_naming_them(thre
     with pytest.raises(ConfigurationError, match=r"needs 8 instances of 1 slot each, and the 3 live node\(s\) of "
                                                  r"the cluster have room for 6 \(.*slot 2.*\)"):
         run_job(stream.graph, progress=False, actor_resources={"slot": 1})
+
+
+def test_the_service_calls_of_instances_killed_on_any_node_are_counted_once(three_nodes, tmp_path):
+    from actorflow.operators.service import Service
+    from examples.enrich_service import EnrichmentService, http_session, lookup_user
+
+    def segment_from(url: str) -> Any:
+        async def segment(row: dict[str, Any]) -> list[dict[str, Any]]:
+            user = await lookup_user(http_session(), url, row["click"] % USERS)
+            return [{**row, "segment": user["segment"]}]
+
+        return segment
+
+    n = 600
+    with EnrichmentService(latency_ms_median=2, latency_sigma=0.2, failure_rate=0.0, hang_rate=0.0) as svc:
+        segment = segment_from(svc.url)
+        stream = from_arrow(_clicks(n), parallelism=2, batch_size=50, job_name="node-counts").rebalance(4).async_map(
+            segment, service=Service(rate_limit=150), capacity=20, timeout_ms=60_000, parallelism=4)
+        with ChaosMonkey("node-counts", every_s=1.0, max_kills=2, first_after_s=1.0, seed=2) as monkey:
+            result = stream.execute(progress=False, checkpoint_interval_ms=300, checkpoint_dir=str(tmp_path))
+        stats = svc.stats()
+    assert sorted(r["click"] for r in result.to_arrow().to_pylist()) == list(range(n))
+    assert len(monkey.kills) >= 1 and result.restarts == len(monkey.kills), (monkey.kills, result.failures)
+    figures = [f for o in result.operators for f in o.services.values()][0]
+    # The killed instances' counters are read on each machine once (nodes on one machine share
+    # its files): every call the service received, and at most the 20 in flight per kill more.
+    assert stats["requests"] <= figures["service_calls"] <= stats["requests"] + 20 * len(monkey.kills)
