@@ -287,15 +287,13 @@ def _async_batches(old: list[Any], parallelism: int, max_parallelism: int,
         return batch_home[batch]
 
     queues = _deal_queues(states, parallelism, target)
-    # The records' batch numbers, shifted (records keep the rest of their fields).
-    shifted_queues: list[list[list[tuple[Any, ...]]]] = []
-    present = [o for o, s in enumerate(states) if s is not None]
-    for i in range(parallelism):
-        shifted_queues.append([
-            [(*item[:3], None if item[3] is None else shift[o] + item[3], *item[4:]) if item[0] == "record" else item
-             for item in queue]
-            for o, queue in zip(present, queues[i])])
     olds = [(o, s) for o, s in enumerate(states) if s is not None]
+    # The records' batch numbers, shifted (records keep the rest of their fields).
+    shifted_queues = [
+        [[(*item[:3], None if item[3] is None else shift[o] + item[3], *item[4:]) if item[0] == "record" else item
+          for item in queue]
+         for (o, _), queue in zip(olds, queues[i])]
+        for i in range(parallelism)]
     batches = {shift[o] + b[0]: (shift[o] + b[0], *b[1:]) for o, s in olds for b in s["batches"]}
     flushes = [s["flush_remaining_ms"] for _, s in olds if s["flush_remaining_ms"] is not None]
     sequence = max(s.get("sequence", 0) for _, s in olds)

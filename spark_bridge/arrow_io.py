@@ -23,8 +23,8 @@ import pyarrow as pa
 from actorflow.actors.arrow_rows import conform_table, ipc_bytes
 from actorflow.actors.store_pages import process_pages
 from actorflow.actors.upstream.ray import owner_addresses, quiet_arrow_fallback
-from actorflow.operators.errors import SchemaError
 from actorflow.cluster.job import live_nodes
+from actorflow.operators.errors import SchemaError
 
 if TYPE_CHECKING:
     import ray
