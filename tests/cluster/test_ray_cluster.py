@@ -84,7 +84,8 @@ def test_status_shows_a_running_job_of_a_cluster_without_a_dashboard(ray_head):
     try:
         rows: dict[str, list[str]] = {}
         deadline = time.time() + 120
-        while time.time() < deadline and not rows:
+        # Until the instance is listed with its counts (at first it may be listed without them).
+        while time.time() < deadline and not (rows and all(len(fields) >= 3 for fields in rows.values())):
             shown = subprocess.run([sys.executable, "-m", "actorflow", "status", "--address", ray_head],
                                    cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
             assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr[-3000:]
