@@ -144,14 +144,14 @@ def on_each_machine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[A
     files (the service counters of its instances): here on one node; else as a task on one live
     node of each address, since the nodes of one machine share its files. A machine that dies
     meanwhile answers nothing: what its files held went with it."""
-    if not several_nodes():
+    alive = [node for node in ray.nodes() if node.get("Alive")] if ray.is_initialized() else []
+    if len(alive) <= 1:
         return [fn(*args, **kwargs)]
+    machines: dict[str, str] = {}
+    for node in alive:
+        machines.setdefault(node["NodeManagerAddress"], node["NodeID"])
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    machines: dict[str, str] = {}
-    for node in ray.nodes():
-        if node.get("Alive"):
-            machines.setdefault(node["NodeManagerAddress"], node["NodeID"])
     task = ray.remote(num_cpus=0, max_retries=0)(fn)
     calls = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(*args, **kwargs)
              for node in machines.values()]
