@@ -7,6 +7,7 @@ actor, stops the job, kills its actors, and raises ``JobFailedError`` with the c
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import tempfile
@@ -165,24 +166,69 @@ def on_each_machine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[A
 
 
 def instance_placement(num_cpus: float, resources: dict[str, float] | None) -> dict[str, Any]:
-    """Where a job's operator and source instances go: spread over the nodes that have the
-    resources they ask for (Ray's ``SPREAD``), so that a node's death takes few of them."""
-    placement: dict[str, Any] = {"num_cpus": num_cpus, "resources": dict(resources or {})}
-    if several_nodes():
-        placement["scheduling_strategy"] = "SPREAD"
-    return placement
+    """What each of a job's operator and source instances asks Ray for; where each goes is
+    decided at each deployment, over the nodes alive then (see ``spread_over_nodes``)."""
+    return {"num_cpus": num_cpus, "resources": dict(resources or {})}
+
+
+def _needs(placement: dict[str, Any]) -> dict[str, float]:
+    need = {"CPU": float(placement.get("num_cpus") or 0.0), **placement.get("resources", {})}
+    return {name: float(amount) for name, amount in need.items() if amount}
+
+
+def _room(node: dict[str, Any], need: dict[str, float]) -> float:
+    """How many instances asking for ``need`` the node holds (unbounded for instances that ask
+    for nothing)."""
+    return min((node["Resources"].get(name, 0.0) // amount for name, amount in need.items()), default=math.inf)
+
+
+def spread_over_nodes(placement: dict[str, Any], instances: int) -> list[dict[str, Any]]:
+    """The placement of each of ``instances`` instances that ask for ``placement``'s resources:
+    on one node, Ray's own; on several, a node each, dealt over the live nodes (``deal``), so
+    that a node's death takes few of them. Ray's ``SPREAD`` does not do this for actors that ask
+    for no CPU: its GCS hands each to a node at random, whose raylet counts its turns alone, and
+    four instances on three nodes often land three or four on one. The affinity is hard: Ray
+    places a zero-CPU actor with a soft one on any node. An instance whose node dies before it
+    starts fails its deployment, which the job restarts over the nodes alive then."""
+    alive = [n for n in ray.nodes() if n.get("Alive")] if ray.is_initialized() else []
+    if len(alive) <= 1:
+        return [placement] * instances
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    need = _needs(placement)
+    nodes = deal({n["NodeID"]: _room(n, need) for n in alive}, instances)
+    return [placement if node is None else
+            {**placement, "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)} for node in nodes]
+
+
+def deal(room: dict[str, float], instances: int) -> list[str | None]:
+    """The node of each of ``instances`` instances, given how many each node has room for:
+    each next instance to the node with room that holds fewest so far (the first in name order
+    among equals), so that consecutive instances, and the instances of each stage, land on
+    different nodes. None where no node has room left: Ray's own choice (``check_room`` has
+    refused a job that the nodes cannot hold)."""
+    held = dict.fromkeys(sorted(room), 0)
+    nodes: list[str | None] = []
+    for _ in range(instances):
+        free = [node for node in held if held[node] < room[node]]
+        if not free:
+            nodes.append(None)
+            continue
+        node = min(free, key=held.__getitem__)
+        held[node] += 1
+        nodes.append(node)
+    return nodes
 
 
 def check_room(job: str, actors: int, placement: dict[str, Any]) -> None:
     """Refuse to deploy ``actors`` instances that each ask for ``placement``'s resources when
     the cluster's live nodes cannot hold them all (after a node died, say), naming what each
     asks for and what is left, instead of leaving Ray to wait for nodes that may never come."""
-    need = {"CPU": float(placement.get("num_cpus") or 0.0), **placement.get("resources", {})}
-    need = {name: float(amount) for name, amount in need.items() if amount}
+    need = _needs(placement)
     if not need:
         return
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    room = sum(min(int(n["Resources"].get(name, 0.0) // amount) for name, amount in need.items()) for n in nodes)
+    room = int(sum(_room(n, need) for n in nodes))
     if room >= actors:
         return
     left = "; ".join(
@@ -643,7 +689,9 @@ class _Attempt:
         # instance routes its split by key over the stage, and no source actors start.
         keyed_source = stages[0].partitioning is Partitioning.HASH and source.parallelism == stages[0].parallelism
         reads_source = graph.reads_source(stages)
-        check_room(job, sum(s.parallelism for s in stages) + (0 if reads_source else source.parallelism), self.placement)
+        instances = sum(s.parallelism for s in stages) + (0 if reads_source else source.parallelism)
+        check_room(job, instances, self.placement)
+        placements = iter(spread_over_nodes(self.placement, instances))
         # Create stages from the last to the first, so every actor knows its downstream. Actor
         # creation does not block: all the processes start at once.
         downstream: list[Any] | None = None
@@ -680,7 +728,7 @@ class _Attempt:
                     max_parallelism=self.graph.max_parallelism,
                 )
                 try:
-                    actor = _remote(OperatorActor, spec.instance_name, self.placement).remote(spec)
+                    actor = _remote(OperatorActor, spec.instance_name, next(placements)).remote(spec)
                 except Exception as error:
                     self.kill()  # the actors of later stages, already made
                     raise _unsendable(stages, error) from error
@@ -700,7 +748,7 @@ class _Attempt:
         if not reads_source:
             for i in range(source.parallelism):
                 name = instance_name(job, source.name, i, source.parallelism, self.number)
-                handle = _remote(SourceActor, name, self.placement).remote(
+                handle = _remote(SourceActor, name, next(placements)).remote(
                     job, source.name, i, source.parallelism,
                     key=self._router(stages[0].key) if stages[0].partitioning is Partitioning.HASH else None,
                     head=stages[0].nodes[0].factory if stages[0].partitioning is Partitioning.HASH else None,

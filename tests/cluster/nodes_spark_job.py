@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections import Counter
 from typing import Any
 
@@ -124,18 +125,27 @@ def main(nodes: int, workdir: str) -> None:
     spark = spark_session(num_executors=1, executor_cores=1, executor_memory="1g", configs={
         "spark.ray.raydp_spark_master.actor.resource.head": "0.01",
         "spark.ray.raydp_spark_executor.actor.resource.head": "0.01"})
-    seen: dict[str, Any] = {"nodes": sum(1 for n in ray.nodes() if n["Alive"])}
+    seen: dict[str, Any] = {"nodes": sum(1 for n in ray.nodes() if n["Alive"]), "phases_s": {}}
+    started = time.monotonic()
+
+    def done(phase: str) -> None:  # on stderr as each part ends: where a slow run spent its time
+        seen["phases_s"][phase] = round(time.monotonic() - started, 1)
+        print(f"{phase} done at {seen['phases_s'][phase]} s", file=sys.stderr, flush=True)
+
+    done("spark")
     try:
         enriched = enrich(_clicks(spark), _score, parallelism=4, progress=False).collect()
         seen["enrich"] = _digest([(r["id"], r["user"], r["score"]) for r in enriched])
         seen["enrich_exact"] = sorted((r["id"], r["score"]) for r in enriched) == [(i, i * 3 + 1) for i in range(ROWS)]
         seen["enrich_nodes"] = len({r["node"] for r in enriched})
+        done("enrich")
 
         window = TumblingEventTimeWindows.of(60_000)
         windows = (from_spark(_clicks(spark), timestamp_column="ts", parallelism=2).async_map(_tag, capacity=20)
                    .key_by("user", parallelism=3).window(window).count().to_spark(progress=False))
         seen["windows"] = _digest(_window_rows(windows))
         seen["windows_counted"] = sum(r[2] for r in _window_rows(windows))
+        done("windows")
 
         source = os.path.join(workdir, "in")
         _write_files(source, 4)
@@ -147,10 +157,13 @@ def main(nodes: int, workdir: str) -> None:
         query.stop(drain=True)
         streamed = spark.read.parquet(os.path.join(workdir, "out"))
         seen["stream"] = _digest(_window_rows(streamed))
+        done("stream")
 
         if nodes > 1:
             seen["lineage"] = _lost_blocks_come_back(spark, cluster)
+            done("lineage")
             seen["chaos"] = _node_kill_mid_job(spark, workdir)
+            done("chaos")
     finally:
         stop_spark()
         ray.shutdown()
