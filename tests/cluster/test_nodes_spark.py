@@ -26,14 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(nodes: int, workdir: Path) -> dict:
     workdir.mkdir()
     run = subprocess.run([sys.executable, "-m", "tests.cluster.nodes_spark_job", str(nodes), str(workdir)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=480)
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
     assert run.returncode == 0 and lines, f"driver failed ({run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
     return json.loads(lines[-1])
 
 
 # Two clusters, each with Spark, one after the other: on a loaded 2-core machine, minutes.
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_spark_jobs_and_a_stream_on_three_nodes_equal_a_single_node_run_through_node_deaths(tmp_path):
     three = _run(3, tmp_path / "three")
     one = _run(1, tmp_path / "one")
