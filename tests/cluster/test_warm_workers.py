@@ -44,8 +44,12 @@ def _worker_pids():
 
 def _idle_worker_pids():
     """Pids of live Python worker processes that host no live actor (idle, or kept by Ray for tasks)."""
-    hosts = {a.pid for a in list_actors(address=_gcs(), filters=[("state", "=", "ALIVE")], detail=True, limit=10_000)}
-    return _worker_pids() - hosts
+    return _worker_pids() - set(_hosts())
+
+
+def _hosts():
+    """The live actors' names by the pid of their process."""
+    return {a.pid: a.name for a in list_actors(address=_gcs(), filters=[("state", "=", "ALIVE")], detail=True, limit=10_000)}
 
 
 def _actors(job, attempt=""):
@@ -169,7 +173,8 @@ def test_a_blocking_jobs_task_workers_serve_the_next_job_instead_of_new_processe
     run("warm-blocking-second")
     poll(lambda: _workers_up(job, 2 + 2 * 2, for_actors=True, fresh=2), timeout_s=120)
     # The second job's actors took two of the waiting processes; the prestart replaced only those.
-    assert len(_worker_pids() - before) <= 2, _worker_pids() - before
+    new = _worker_pids() - before
+    assert len(new) <= 2, {pid: _hosts().get(pid, "no actor") for pid in new}
 
     idle = _idle_worker_pids()
     assert _run("warm-after-blocking").output_rows == 200
