@@ -10,6 +10,7 @@ import functools
 import math
 import os
 import re
+import socket
 import tempfile
 import threading
 import time
@@ -196,9 +197,23 @@ def spread_over_nodes(placement: dict[str, Any], instances: int) -> list[dict[st
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     need = _needs(placement)
-    nodes = deal({n["NodeID"]: _room(n, need) for n in alive}, instances)
+    nodes = deal({n["NodeID"]: _room(n, need) for n in alive if _answers(n)}, instances)
     return [placement if node is None else
             {**placement, "scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)} for node in nodes]
+
+
+def _answers(node: dict[str, Any]) -> bool:
+    """Whether the node's raylet takes a connection. Ray lists a node whose raylet died as alive
+    until its health checks fail, 15-30 s with Ray's defaults, while a job that lost its instances
+    there restarts within a second or two: an instance placed there would die at once and cost
+    a second restart."""
+    if "NodeManagerPort" not in node:
+        return True  # nothing to ask: as Ray lists it
+    try:
+        with socket.create_connection((node["NodeManagerAddress"], node["NodeManagerPort"]), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def deal(room: dict[str, float], instances: int) -> list[str | None]:
