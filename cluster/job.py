@@ -130,9 +130,14 @@ def near_driver() -> dict[str, Any]:
             "scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)}
 
 
+def alive_nodes() -> list[dict[str, Any]]:
+    """Ray's entries of the cluster's live nodes (none before Ray starts)."""
+    return [node for node in ray.nodes() if node.get("Alive")] if ray.is_initialized() else []
+
+
 def live_nodes() -> int:
     """How many live nodes the cluster has (0 before Ray starts)."""
-    return sum(1 for node in ray.nodes() if node.get("Alive")) if ray.is_initialized() else 0
+    return len(alive_nodes())
 
 
 def several_nodes() -> bool:
@@ -146,7 +151,7 @@ def on_each_machine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[A
     files (the service counters of its instances): here on one node; else as a task on one live
     node of each address, since the nodes of one machine share its files. A machine that dies
     meanwhile answers nothing: what its files held went with it."""
-    alive = [node for node in ray.nodes() if node.get("Alive")] if ray.is_initialized() else []
+    alive = alive_nodes()
     if len(alive) <= 1:
         return [fn(*args, **kwargs)]
     machines: dict[str, str] = {}
@@ -191,7 +196,7 @@ def spread_over_nodes(placement: dict[str, Any], instances: int) -> list[dict[st
     four instances on three nodes often land three or four on one. The affinity is hard: Ray
     places a zero-CPU actor with a soft one on any node. An instance whose node dies before it
     starts fails its deployment, which the job restarts over the nodes alive then."""
-    alive = [n for n in ray.nodes() if n.get("Alive")] if ray.is_initialized() else []
+    alive = alive_nodes()
     if len(alive) <= 1:
         return [placement] * instances
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -242,7 +247,7 @@ def check_room(job: str, actors: int, placement: dict[str, Any]) -> None:
     need = _needs(placement)
     if not need:
         return
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    nodes = alive_nodes()
     room = int(sum(_room(n, need) for n in nodes))
     if room >= actors:
         return
